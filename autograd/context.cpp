@@ -1,0 +1,81 @@
+// Context: per-rank engine state.
+#include "autograd/context.h"
+
+#include <algorithm>
+
+#include "autograd/backend.h"
+#include "autograd/storage.h"
+
+namespace shardscope {
+
+const char* memory_category_name(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::parameter: return "parameter";
+    case MemoryCategory::gradient: return "gradient";
+    case MemoryCategory::activation: return "activation";
+    case MemoryCategory::saved_activation: return "saved_activation";
+    case MemoryCategory::saved_extra: return "saved_extra";
+    case MemoryCategory::workspace: return "workspace";
+    case MemoryCategory::communication: return "communication";
+  }
+  return "?";
+}
+
+Context::Context(int rank, Device device)
+    : rank_(rank), device_(device), backend_(make_backend(device)) {}
+
+Context::~Context() = default;
+
+void Context::add_observer(Observer* observer) {
+  if (std::find(observers_.begin(), observers_.end(), observer) == observers_.end()) {
+    observers_.push_back(observer);
+  }
+}
+
+void Context::remove_observer(Observer* observer) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+}
+
+void Context::push_scope(const std::string& name) {
+  scope_lengths_.push_back(scope_.size());
+  if (!scope_.empty()) scope_ += '.';
+  scope_ += name;
+}
+
+void Context::pop_scope() {
+  if (scope_lengths_.empty()) return;
+  scope_.resize(scope_lengths_.back());
+  scope_lengths_.pop_back();
+}
+
+std::string Context::exchange_scope(std::string scope) {
+  scope_lengths_.clear();
+  std::swap(scope_, scope);
+  return scope;
+}
+
+Site Context::site() const {
+  Site s;
+  s.op = current_op_;
+  s.scope = scope_;
+  s.phase = phase_;
+  s.layer = layer_;
+  s.step = step_;
+  s.rank = rank_;
+  return s;
+}
+
+std::string Context::where(std::string_view op) const {
+  std::string out = "op '" + std::string(op) + "'";
+  if (!scope_.empty()) out += " in " + scope_;
+  out += " (";
+  if (layer_ >= 0) out += "layer " + std::to_string(layer_) + ", ";
+  out += std::string(phase_name(phase_)) + ", rank " + std::to_string(rank_) + ")";
+  return out;
+}
+
+std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category) {
+  return std::make_shared<Storage>(*this, bytes, category);
+}
+
+}  // namespace shardscope

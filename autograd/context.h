@@ -1,0 +1,136 @@
+// Context: the per-rank state of the engine. It owns the backend, the observer list, grad mode
+// and where the engine is (scope, layer, phase, step). There are no globals: every tensor points
+// to the Context that made it, and a Context must outlive its tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/dtype.h"
+#include "autograd/observer.h"
+
+namespace shardscope {
+
+class Backend;
+class Storage;
+
+class Context {
+ public:
+  explicit Context(int rank = 0, Device device = Device::cpu());
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return rank_; }
+  Device device() const { return device_; }
+  Backend& backend() const { return *backend_; }
+
+  void add_observer(Observer* observer);
+  void remove_observer(Observer* observer);
+  bool observed() const { return !observers_.empty(); }
+  template <class F>
+  void notify(F&& call) const {
+    for (Observer* o : observers_) call(*o);
+  }
+
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
+  Phase phase() const { return phase_; }
+  void set_phase(Phase phase) { phase_ = phase; }
+  int layer() const { return layer_; }
+  void set_layer(int layer) { layer_ = layer; }
+  std::int64_t step() const { return step_; }
+  void set_step(std::int64_t step) { step_ = step; }
+  const std::string& scope() const { return scope_; }
+  void push_scope(const std::string& name);
+  void pop_scope();
+  // Replaces the whole scope path (the engine runs each backward node in its forward scope) and
+  // returns the previous one.
+  std::string exchange_scope(std::string scope);
+  const std::string& current_op() const { return current_op_; }
+  void set_current_op(std::string op) { current_op_ = std::move(op); }
+  std::uint64_t next_seq() { return ++seq_; }
+  std::uint64_t next_storage_id() { return ++storage_ids_; }
+
+  // Where the engine is now, for events and error messages.
+  Site site() const;
+  // "op 'matmul' in attn.qkv (layer 0, forward, rank 0)"
+  std::string where(std::string_view op) const;
+
+  // Allocates zero-initialised memory on this context's device and reports it to observers.
+  std::shared_ptr<Storage> allocate(std::size_t bytes, MemoryCategory category);
+
+ private:
+  int rank_;
+  Device device_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<Observer*> observers_;
+  std::vector<std::size_t> scope_lengths_;
+  std::string scope_;
+  std::string current_op_;
+  bool grad_enabled_ = true;
+  Phase phase_ = Phase::forward;
+  int layer_ = -1;
+  std::int64_t step_ = 0;
+  std::uint64_t seq_ = 0;
+  std::uint64_t storage_ids_ = 0;
+};
+
+// Disables graph recording in a scope (optimizer steps, evaluation).
+class NoGradGuard {
+ public:
+  explicit NoGradGuard(Context& ctx) : ctx_(ctx), previous_(ctx.grad_enabled()) {
+    ctx.set_grad_enabled(false);
+  }
+  ~NoGradGuard() { ctx_.set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  Context& ctx_;
+  bool previous_;
+};
+
+// Names the module the ops inside it belong to: ScopeGuard s(ctx, "attn") then "qkv" -> "attn.qkv".
+class ScopeGuard {
+ public:
+  ScopeGuard(Context& ctx, const std::string& name) : ctx_(ctx) { ctx.push_scope(name); }
+  ~ScopeGuard() { ctx_.pop_scope(); }
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+ private:
+  Context& ctx_;
+};
+
+// Tags the ops inside it with a layer index.
+class LayerGuard {
+ public:
+  LayerGuard(Context& ctx, int layer) : ctx_(ctx), previous_(ctx.layer()) { ctx.set_layer(layer); }
+  ~LayerGuard() { ctx_.set_layer(previous_); }
+  LayerGuard(const LayerGuard&) = delete;
+  LayerGuard& operator=(const LayerGuard&) = delete;
+
+ private:
+  Context& ctx_;
+  int previous_;
+};
+
+// Attaches an observer for the lifetime of the guard.
+class ObserverGuard {
+ public:
+  ObserverGuard(Context& ctx, Observer& observer) : ctx_(ctx), observer_(observer) {
+    ctx.add_observer(&observer);
+  }
+  ~ObserverGuard() { ctx_.remove_observer(&observer_); }
+  ObserverGuard(const ObserverGuard&) = delete;
+  ObserverGuard& operator=(const ObserverGuard&) = delete;
+
+ private:
+  Context& ctx_;
+  Observer& observer_;
+};
+
+}  // namespace shardscope

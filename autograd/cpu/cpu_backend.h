@@ -1,0 +1,53 @@
+// CpuBackend: the kernel table on the host. Loops call the per-element math in autograd/kernels/;
+// matrix products go to OpenBLAS through the GEMM descriptor.
+#pragma once
+
+#include "autograd/backend.h"
+
+namespace shardscope {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* data, std::size_t bytes) override;
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
+
+  void gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) override;
+
+  void fill(Tensor& out, double value) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) override;
+  void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
+                  std::int64_t dst_offset, std::int64_t count) override;
+
+  void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) override;
+  void mul(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(const Tensor& x, double alpha, Tensor& out) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
+                       Tensor& y) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
+
+  void sum_to_suffix(const Tensor& x, Tensor& out) override;
+  void sum_all(const Tensor& x, Tensor& out) override;
+
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) override;
+  void softmax_forward(const Tensor& x, bool causal, Tensor& y) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss) override;
+  void cross_entropy_forward(const Tensor& logits, const std::int64_t* targets, Tensor& probs,
+                             Tensor& loss) override;
+  void cross_entropy_backward(const Tensor& probs, const std::int64_t* targets, double scale,
+                              Tensor& dlogits) override;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,169 @@
+// Engine: reverse-mode differentiation over the recorded graph, without recursion.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/backend.h"
+#include "autograd/errors.h"
+#include "autograd/node.h"
+
+namespace shardscope {
+namespace {
+
+// Sets the context to backward, no-grad, and the running node's scope/layer; restores on exit.
+class BackwardState {
+ public:
+  explicit BackwardState(Context& ctx)
+      : ctx_(ctx), phase_(ctx.phase()), grad_(ctx.grad_enabled()), layer_(ctx.layer()),
+        op_(ctx.current_op()), scope_(ctx.exchange_scope("")) {
+    ctx.set_phase(Phase::backward);
+    ctx.set_grad_enabled(false);
+  }
+  ~BackwardState() {
+    ctx_.set_phase(phase_);
+    ctx_.set_grad_enabled(grad_);
+    ctx_.set_layer(layer_);
+    ctx_.set_current_op(op_);
+    ctx_.exchange_scope(scope_);
+  }
+  BackwardState(const BackwardState&) = delete;
+  BackwardState& operator=(const BackwardState&) = delete;
+
+  void enter(const Node& node) {
+    ctx_.set_layer(node.layer());
+    ctx_.set_current_op(node.op());
+    ctx_.exchange_scope(node.scope());
+  }
+
+ private:
+  Context& ctx_;
+  Phase phase_;
+  bool grad_;
+  int layer_;
+  std::string op_;
+  std::string scope_;
+};
+
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
+  Context& ctx = *leaf.ctx;
+  if (!leaf.grad.defined()) {
+    Tensor fresh = Tensor::empty(ctx, leaf.shape, leaf.dtype);
+    fresh.storage()->set_category(MemoryCategory::gradient);
+    ctx.backend().copy(g, fresh);
+    leaf.grad = fresh;
+  } else {
+    ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
+  }
+}
+
+Tensor sum_gradients(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.ctx(), a.shape(), a.dtype());
+  a.ctx().backend().add(a, b, 1.0, 1.0, out);
+  return out;
+}
+
+Tensor seed_gradient(const Tensor& root, const Tensor& grad) {
+  if (!grad.defined()) {
+    if (root.numel() != 1) {
+      throw StateError("backward() without a gradient needs a one-element output, given " +
+                       root.describe() + (root.grad_fn() ? " from " + root.grad_fn()->where() : "") +
+                       "; pass a gradient of shape " + root.shape().str());
+    }
+    return Tensor::full(root.ctx(), root.shape(), 1.0, root.dtype());
+  }
+  if (grad.shape() != root.shape() || grad.dtype() != root.dtype()) {
+    throw ShapeError("backward: the gradient must match the output " + root.describe() +
+                     ", given " + grad.describe());
+  }
+  return grad;
+}
+
+// Counts, for every node reachable from `root`, how many edges lead into it.
+std::unordered_map<Node*, int> count_dependencies(Node* root) {
+  std::unordered_map<Node*, int> deps{{root, 0}};
+  std::unordered_set<Node*> seen{root};
+  std::vector<Node*> stack{root};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->edges()) {
+      if (!e.node) continue;
+      ++deps[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  return deps;
+}
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->seq() < b->seq(); }
+};
+
+OpEvent backward_event(const Node& n) {
+  OpEvent e;
+  e.site = n.site(Phase::backward);
+  e.seq = n.seq();
+  e.inputs = &n.output_shapes;  // the gradients flowing in
+  e.outputs = &n.input_shapes;  // the gradients flowing out
+  return e;
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad) {
+  if (!root.requires_grad()) {
+    throw StateError("backward on " + root.describe() +
+                     ", which does not require grad: no recorded op leads to it from a tensor "
+                     "that requires grad (or it was computed under NoGradGuard)");
+  }
+  Tensor seed = seed_gradient(root, grad);
+  if (root.is_leaf()) {
+    accumulate_into_leaf(*root.impl(), seed);
+    return;
+  }
+  Context& ctx = root.ctx();
+  Node* root_node = root.grad_fn().get();
+  std::unordered_map<Node*, int> deps = count_dependencies(root_node);
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  pending[root_node].resize(root_node->output_shapes.size());
+  pending[root_node][static_cast<std::size_t>(root.output_index())] = seed;
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  ready.push(root_node);
+
+  BackwardState state(ctx);
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    std::vector<Tensor> grads = std::move(pending[n]);
+    pending.erase(n);
+    grads.resize(n->output_shapes.size());
+    state.enter(*n);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) grads[i] = Tensor::zeros(ctx, n->output_shapes[i], n->output_dtypes[i]);
+    }
+    const OpEvent event = backward_event(*n);
+    if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });
+    std::vector<Tensor> input_grads = n->apply(grads);
+    grads.clear();
+    n->release_saved();
+    if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_end(event); });
+
+    for (std::size_t i = 0; i < input_grads.size(); ++i) {
+      const Edge& e = n->edges()[i];
+      const Tensor& g = input_grads[i];
+      if (e.leaf && g.defined() && e.leaf->requires_grad) accumulate_into_leaf(*e.leaf, g);
+      if (!e.node) continue;
+      if (g.defined()) {
+        std::vector<Tensor>& slot = pending[e.node.get()];
+        slot.resize(e.node->output_shapes.size());
+        Tensor& acc = slot[static_cast<std::size_t>(e.output_index)];
+        acc = acc.defined() ? sum_gradients(acc, g) : g;
+      }
+      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+}
+
+}  // namespace shardscope

@@ -1,0 +1,39 @@
+// The exception types of shardscope. Messages say what was expected, what was given and where
+// (op, scope, layer, rank); OpError::where builds the "where" part the same way everywhere.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace shardscope {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor of the wrong shape reached an op.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A tensor of the wrong dtype or device reached an op.
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The graph or a tensor is in the wrong state (backward twice, no grad_fn, released buffers).
+class StateError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A caller passed a bad argument (bad flag, bad probability, zero size).
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,73 @@
+// GemmDesc validation and the row-major to column-major translation.
+#include "autograd/gemm.h"
+
+#include <algorithm>
+
+#include "autograd/errors.h"
+
+namespace shardscope {
+
+GemmDesc GemmDesc::packed(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
+                          bool trans_b) {
+  GemmDesc d;
+  d.trans_a = trans_a;
+  d.trans_b = trans_b;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.lda = trans_a ? m : k;
+  d.ldb = trans_b ? k : n;
+  d.ldc = n;
+  d.stride_a = m * k;
+  d.stride_b = k * n;
+  d.stride_c = m * n;
+  return d;
+}
+
+std::string GemmDesc::str() const {
+  return std::string("gemm(") + (trans_a ? "T" : "N") + (trans_b ? "T" : "N") +
+         ", m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
+         ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
+         ", ldc=" + std::to_string(ldc) + ", batch=" + std::to_string(batch) + ")";
+}
+
+void GemmDesc::validate() const {
+  auto fail = [&](const std::string& what) { throw ArgumentError(str() + ": " + what); };
+  if (m < 0 || n < 0 || k < 0) fail("m, n and k must be >= 0");
+  if (batch < 1) fail("batch must be >= 1");
+  // Row-major: a stored matrix of `cols` columns needs a row stride of at least `cols` (and 1).
+  const std::int64_t a_cols = trans_a ? m : k;
+  const std::int64_t b_cols = trans_b ? k : n;
+  if (lda < std::max<std::int64_t>(1, a_cols)) {
+    fail("lda must be >= " + std::to_string(std::max<std::int64_t>(1, a_cols)));
+  }
+  if (ldb < std::max<std::int64_t>(1, b_cols)) {
+    fail("ldb must be >= " + std::to_string(std::max<std::int64_t>(1, b_cols)));
+  }
+  if (ldc < std::max<std::int64_t>(1, n)) {
+    fail("ldc must be >= " + std::to_string(std::max<std::int64_t>(1, n)));
+  }
+  if (batch > 1 && stride_c < m * ldc) fail("stride_c must be >= m * ldc so outputs do not overlap");
+}
+
+ColumnMajorGemm to_column_major(const GemmDesc& d) {
+  d.validate();
+  ColumnMajorGemm c;
+  c.trans_first = d.trans_b;
+  c.trans_second = d.trans_a;
+  c.m = d.n;
+  c.n = d.m;
+  c.k = d.k;
+  c.ld_first = d.ldb;
+  c.ld_second = d.lda;
+  c.ldc = d.ldc;
+  c.batch = d.batch;
+  c.stride_first = d.stride_b;
+  c.stride_second = d.stride_a;
+  c.stride_c = d.stride_c;
+  c.alpha = d.alpha;
+  c.beta = d.beta;
+  return c;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,48 @@
+// GemmDesc: one row-major matrix product spec, turned once into the column-major call that BLAS
+// wants. The CPU backend hands the result to OpenBLAS, the CUDA backend to cuBLAS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shardscope {
+
+// Row-major, per batch entry b < batch:
+//   C[b] (m x n) = alpha * op(A[b]) (m x k) * op(B[b]) (k x n) + beta * C[b]
+// op(X) is X or X^T. lda/ldb/ldc are row strides in elements of A, B, C as stored. A stride of 0
+// shares that operand across the batch.
+struct GemmDesc {
+  bool trans_a = false;
+  bool trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  std::int64_t batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  double alpha = 1.0;
+  double beta = 0.0;
+
+  // Packed operands: A stored [m, k] (or [k, m] when trans_a), B [k, n] (or [n, k]), C [m, n].
+  static GemmDesc packed(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a = false,
+                         bool trans_b = false);
+  // Throws ArgumentError naming the field when a size or leading dimension is impossible.
+  void validate() const;
+  std::string str() const;
+};
+
+// The same product as BLAS sees it in column-major order. Row-major C = op(A) op(B) is
+// column-major C^T = op(B)^T op(A)^T, so the operands swap (first = B, second = A), m and n swap,
+// and the transpose flags and leading dimensions carry over unchanged.
+struct ColumnMajorGemm {
+  bool trans_first = false;
+  bool trans_second = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t ld_first = 0, ld_second = 0, ldc = 0;
+  std::int64_t batch = 1;
+  std::int64_t stride_first = 0, stride_second = 0, stride_c = 0;
+  double alpha = 1.0;
+  double beta = 0.0;
+};
+
+ColumnMajorGemm to_column_major(const GemmDesc& desc);
+
+}  // namespace shardscope

@@ -1,0 +1,104 @@
+// Node: saved tensors, their accounting, and the checked call of the backward function.
+#include "autograd/node.h"
+
+#include "autograd/errors.h"
+
+namespace shardscope {
+
+Node::Node(Context& ctx, std::string op, BackwardFn backward)
+    : ctx_(ctx),
+      op_(std::move(op)),
+      scope_(ctx.scope()),
+      layer_(ctx.layer()),
+      seq_(ctx.next_seq()),
+      backward_(std::move(backward)) {}
+
+Node::~Node() {
+  // A graph dropped without backward still releases what it saved, so ledgers balance.
+  if (!released_) release_saved();
+}
+
+Site Node::site(Phase phase) const {
+  Site s;
+  s.op = op_;
+  s.scope = scope_;
+  s.phase = phase;
+  s.layer = layer_;
+  s.step = ctx_.step();
+  s.rank = ctx_.rank();
+  return s;
+}
+
+std::string Node::where() const {
+  std::string out = "op '" + op_ + "'";
+  if (!scope_.empty()) out += " in " + scope_;
+  out += " (";
+  if (layer_ >= 0) out += "layer " + std::to_string(layer_) + ", ";
+  return out + "backward, rank " + std::to_string(ctx_.rank()) + ")";
+}
+
+SaveEvent Node::save_event(const Tensor& t, SaveRole role, Phase phase) const {
+  SaveEvent e;
+  e.site = site(phase);
+  e.storage_id = t.storage()->id();
+  e.bytes = t.storage()->bytes();
+  e.role = role;
+  e.storage_category = t.storage()->category();
+  return e;
+}
+
+void Node::save(const Tensor& t, SaveRole role) {
+  if (released_) throw StateError(where() + ": save() after its saved tensors were released");
+  Tensor kept = t.detach();  // no grad_fn: a node never keeps its own output's history alive
+  if (ctx_.observed()) {
+    const SaveEvent e = save_event(kept, role, Phase::forward);
+    ctx_.notify([&](Observer& o) { o.on_save(e); });
+  }
+  saved_.push_back(std::move(kept));
+  roles_.push_back(role);
+}
+
+const Tensor& Node::saved(std::size_t i) const {
+  if (released_) {
+    throw StateError(where() +
+                     ": its saved tensors were already released by an earlier backward; run "
+                     "the forward again before calling backward a second time");
+  }
+  return saved_.at(i);
+}
+
+void Node::release_saved() {
+  if (released_) return;
+  released_ = true;
+  if (ctx_.observed()) {
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      const SaveEvent e = save_event(saved_[i], roles_[i], Phase::backward);
+      ctx_.notify([&](Observer& o) { o.on_release(e); });
+    }
+  }
+  saved_.clear();
+  roles_.clear();
+}
+
+std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
+  if (released_) {
+    throw StateError(where() +
+                     ": backward through this graph a second time; its saved tensors were "
+                     "released by the first backward (run the forward again)");
+  }
+  std::vector<Tensor> grads = backward_(*this, grad_outputs);
+  if (grads.size() != edges_.size()) {
+    throw StateError(where() + ": backward returned " + std::to_string(grads.size()) +
+                     " gradients for " + std::to_string(edges_.size()) + " inputs");
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!edges_[i].active() || !grads[i].defined()) continue;
+    if (grads[i].shape() != input_shapes.at(i)) {
+      throw ShapeError(where() + ": gradient of input " + std::to_string(i) + " has shape " +
+                       grads[i].shape().str() + ", expected " + input_shapes[i].str());
+    }
+  }
+  return grads;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,82 @@
+// Observer: hooks the engine calls around every forward op, backward node, allocation, free and
+// saved tensor. The memory ledger, the step debugger and (later) the trace recorder are observers.
+// With none attached, each hook site costs one branch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "autograd/shape.h"
+
+namespace shardscope {
+
+enum class Phase : std::uint8_t { forward, backward };
+inline const char* phase_name(Phase p) { return p == Phase::forward ? "forward" : "backward"; }
+
+// What a block of memory holds. Categories follow Korthikanti et al. 2022: saved activations are
+// what backward keeps alive; LayerNorm statistics and the like are "saved_extra", never folded in.
+enum class MemoryCategory : std::uint8_t {
+  parameter,         // weights and biases
+  gradient,          // gradients accumulated into leaves (parameter .grad)
+  activation,        // forward outputs alive but not saved for backward
+  saved_activation,  // tensors an op saved for its backward (the paper's activation memory)
+  saved_extra,       // small saved tensors outside the paper's formula (LayerNorm mean and rstd)
+  workspace,         // temporaries of backward and of kernels
+  communication,     // collective buffers (parallel runs)
+};
+constexpr int kMemoryCategoryCount = 7;
+const char* memory_category_name(MemoryCategory c);
+
+// Why an op saved a tensor: an activation of the paper's formula, or an extra.
+enum class SaveRole : std::uint8_t { activation, extra };
+
+// Where the engine is: the op kind, the module scope it ran in, layer, phase, step and rank.
+struct Site {
+  std::string_view op;     // op kind: "matmul", "layernorm", ...
+  std::string_view scope;  // module path the op ran in: "attn.qkv" (empty outside modules)
+  Phase phase = Phase::forward;
+  int layer = -1;  // -1 outside any layer
+  std::int64_t step = 0;
+  int rank = 0;
+};
+
+struct OpEvent {
+  Site site;
+  std::uint64_t seq = 0;                         // the forward op's number; its node keeps it
+  const std::vector<Shape>* inputs = nullptr;    // input shapes
+  const std::vector<Shape>* outputs = nullptr;   // output shapes (on_op_end only)
+};
+
+struct StorageEvent {
+  Site site;  // the op that allocated (or, for a free, the op running when it was freed)
+  std::uint64_t storage_id = 0;
+  std::size_t bytes = 0;
+  MemoryCategory category = MemoryCategory::activation;
+  MemoryCategory previous = MemoryCategory::activation;  // on_recategorize only
+};
+
+struct SaveEvent {
+  Site site;  // the op that saved (or whose backward released) the tensor
+  std::uint64_t storage_id = 0;
+  std::size_t bytes = 0;
+  SaveRole role = SaveRole::activation;
+  MemoryCategory storage_category = MemoryCategory::activation;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // Before an op computes (forward) or a node's backward runs; a debugger may block here.
+  virtual void on_op_begin(const OpEvent&) {}
+  virtual void on_op_end(const OpEvent&) {}
+  virtual void on_alloc(const StorageEvent&) {}
+  virtual void on_free(const StorageEvent&) {}
+  // A storage changed category (a tensor became a parameter or a gradient).
+  virtual void on_recategorize(const StorageEvent&) {}
+  virtual void on_save(const SaveEvent&) {}
+  virtual void on_release(const SaveEvent&) {}
+};
+
+}  // namespace shardscope

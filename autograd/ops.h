@@ -1,0 +1,55 @@
+// The differentiable ops. Each records a Node when a gradient is needed and saves exactly what
+// its backward uses. Shapes follow the conventions of DESIGN.md: activations [s, b, h], weights
+// [in, out]. Every op throws ShapeError / DTypeError naming itself, its scope, layer and rank.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/backend.h"
+#include "autograd/tensor.h"
+
+namespace shardscope {
+
+// a [..., m, k] x b [k, n] (b shared, e.g. a weight) or a [B..., m, k] x b [B..., k, n] (batched).
+// transpose_b reads b as [.., n, k] and multiplies by its transpose (Q K^T).
+// Saves a and b (a parameter b is kept but not counted as an activation).
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false);
+
+// a + b, where b has a's shape or a suffix of it (a bias [h] on [s, b, h]). Saves nothing.
+Tensor add(const Tensor& a, const Tensor& b);
+// a * b elementwise, same shapes or b a suffix. Saves both.
+Tensor mul(const Tensor& a, const Tensor& b);
+// alpha * x. Saves nothing.
+Tensor scale(const Tensor& x, double alpha);
+// GeLU, tanh form. Saves its input.
+Tensor gelu(const Tensor& x);
+// Inverted dropout with Philox masks (see DropoutSpec). Saves the u8 mask; p == 0 is the
+// identity and saves nothing. p must be in [0, 1).
+Tensor dropout(const Tensor& x, const DropoutSpec& spec);
+// The dropout stream of (layer, site): sites number the dropouts inside one layer.
+std::uint32_t dropout_stream(int layer, int site);
+
+// LayerNorm over the last dim: (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps),
+// biased variance. Saves x, and mean and rstd per row as extras.
+Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// Softmax over the last dim; causal masks key j > query i on [.., s_q, s_k]. Saves its output.
+Tensor softmax(const Tensor& x, bool causal = false);
+
+// Views and copies. reshape shares storage (one dim may be -1); the others copy.
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor permute(const Tensor& x, const std::vector<int>& perm);
+Tensor transpose(const Tensor& x, int dim0, int dim1);
+std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64_t>& sizes);
+std::vector<Tensor> chunk(const Tensor& x, int dim, int chunks);  // equal parts
+Tensor concat(const std::vector<Tensor>& xs, int dim);
+
+// Reductions to a one-element tensor of shape [].
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+// mean((pred - target)^2); target takes no gradient. Saves pred and target.
+Tensor mse_loss(const Tensor& pred, const Tensor& target);
+// Mean cross-entropy of logits [N, C] against N class indices. Saves the softmax probabilities.
+Tensor cross_entropy(const Tensor& logits, const std::vector<std::int64_t>& targets);
+
+}  // namespace shardscope

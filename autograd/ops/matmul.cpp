@@ -1,0 +1,109 @@
+// matmul: forward and backward side by side. All products go through the GEMM descriptor.
+#include <string>
+
+#include "autograd/errors.h"
+#include "autograd/ops.h"
+#include "autograd/ops/record.h"
+
+namespace shardscope {
+namespace {
+
+using ops_detail::OpRecord;
+
+// How a matmul maps onto one (possibly batched) GEMM.
+struct MatmulPlan {
+  std::int64_t batch = 1;  // 1 when b is shared: a's leading dims fold into m
+  std::int64_t m = 0, n = 0, k = 0;
+  bool shared_b = true;
+  Shape out_shape;
+};
+
+MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool transpose_b) {
+  if (a.rank() < 2 || b.rank() < 2) {
+    throw ShapeError(r.where() + ": operands need rank >= 2, given " + a.str() + " and " +
+                     b.str());
+  }
+  MatmulPlan p;
+  p.k = a.dim(-1);
+  const std::int64_t b_k = transpose_b ? b.dim(-1) : b.dim(-2);
+  p.n = transpose_b ? b.dim(-2) : b.dim(-1);
+  if (b_k != p.k) {
+    throw ShapeError(r.where() + ": inner dims differ: a " + a.str() + " has k = " +
+                     std::to_string(p.k) + ", b " + b.str() + (transpose_b ? " (transposed)" : "") +
+                     " has k = " + std::to_string(b_k));
+  }
+  std::vector<std::int64_t> out = a.dims();
+  out.back() = p.n;
+  p.out_shape = Shape(out);
+  p.shared_b = b.rank() == 2;
+  if (p.shared_b) {
+    p.m = a.numel() / p.k;
+    return p;
+  }
+  if (b.rank() != a.rank() ||
+      !std::equal(a.dims().begin(), a.dims().end() - 2, b.dims().begin())) {
+    throw ShapeError(r.where() + ": batched operands need the same leading dims, given " +
+                     a.str() + " and " + b.str());
+  }
+  p.m = a.dim(-2);
+  p.batch = a.numel() / (p.m * p.k);
+  return p;
+}
+
+// C = op(A) op(B) per batch entry; a stride of 0 shares an operand.
+void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
+              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b,
+              bool shared_c = false, double beta = 0.0) {
+  GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
+  d.batch = batch;
+  if (shared_b) d.stride_b = 0;
+  if (shared_c) d.stride_c = 0;
+  d.beta = beta;
+  c.ctx().backend().gemm(d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
+}
+
+std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads,
+                                    const MatmulPlan& p, bool transpose_b) {
+  const Tensor& a = node.saved(0);
+  const Tensor& b = node.saved(1);
+  const Tensor& dc = grads[0];  // [..., m, n]
+  Tensor da, db;
+  if (node.needs_input_grad(0)) {
+    // dA = dC op(B)^T: [m, n] x [n, k]
+    da = ops_detail::new_like(a);
+    run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b);
+  }
+  if (node.needs_input_grad(1)) {
+    db = ops_detail::new_like(b);
+    if (!transpose_b) {
+      // dB = A^T dC: [k, m] x [m, n]; a shared B sums over every row of the batch.
+      run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false);
+    } else {
+      // B holds [n, k]: dB = dC^T A: [n, m] x [m, k]
+      run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false);
+    }
+  }
+  return {da, db};
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
+  OpRecord r("matmul", {a, b});
+  ops_detail::check_floating(r, a, "a");
+  ops_detail::check_floating(r, b, "b");
+  ops_detail::check_same_dtype(r, a, b);
+  const MatmulPlan p = plan_matmul(r, a.shape(), b.shape(), transpose_b);
+  Tensor c = ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
+  run_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, p.shared_b);
+  if (r.needs_grad()) {
+    Node& node = r.record([p, transpose_b](Node& n, const std::vector<Tensor>& g) {
+      return matmul_backward(n, g, p, transpose_b);
+    });
+    node.save(a);
+    node.save(b);
+  }
+  return r.finish(c);
+}
+
+}  // namespace shardscope

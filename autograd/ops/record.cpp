@@ -1,0 +1,129 @@
+// OpRecord and the checks the ops share.
+#include "autograd/ops/record.h"
+
+#include "autograd/errors.h"
+
+namespace shardscope::ops_detail {
+namespace {
+
+Context& context_of(const char* op, const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs) {
+    if (t.defined()) return t.ctx();
+  }
+  throw ArgumentError(std::string("op '") + op + "': no defined input tensor");
+}
+
+}  // namespace
+
+OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs)
+    : op_(op), ctx_(context_of(op, inputs)), inputs_(std::move(inputs)) {
+  for (const Tensor& t : inputs_) {
+    if (t.defined() && &t.ctx() != &ctx_) {
+      throw ArgumentError(where() + ": inputs belong to different contexts (ranks " +
+                          std::to_string(ctx_.rank()) + " and " + std::to_string(t.ctx().rank()) +
+                          ")");
+    }
+    input_shapes_.push_back(t.defined() ? t.shape() : Shape());
+    if (ctx_.grad_enabled() && t.defined() && t.requires_grad()) needs_grad_ = true;
+  }
+  previous_op_ = ctx_.current_op();
+  ctx_.set_current_op(op_);
+  if (ctx_.observed()) {
+    seq_ = 0;  // the node's number is assigned in record(); observers see the order of events
+    OpEvent e;
+    e.site = ctx_.site();
+    e.inputs = &input_shapes_;
+    ctx_.notify([&](Observer& o) { o.on_op_begin(e); });
+  }
+}
+
+OpRecord::~OpRecord() { ctx_.set_current_op(previous_op_); }
+
+Node& OpRecord::record(Node::BackwardFn backward) {
+  node_ = std::make_shared<Node>(ctx_, op_, std::move(backward));
+  node_->input_shapes = input_shapes_;
+  for (const Tensor& t : inputs_) {
+    Edge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.grad_fn()) {
+        e.node = t.grad_fn();
+        e.output_index = t.output_index();
+      } else {
+        e.leaf = t.impl();
+      }
+    }
+    node_->add_edge(std::move(e));
+  }
+  seq_ = node_->seq();
+  return *node_;
+}
+
+std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
+  std::vector<Shape> output_shapes;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    output_shapes.push_back(outs[i].shape());
+    if (!node_) continue;
+    TensorImpl& impl = *outs[i].impl();
+    impl.grad_fn = node_;
+    impl.output_index = static_cast<int>(i);
+    impl.requires_grad = true;
+    node_->output_dtypes.push_back(outs[i].dtype());
+  }
+  if (node_) node_->output_shapes = output_shapes;
+  if (ctx_.observed()) {
+    OpEvent e;
+    e.site = ctx_.site();
+    e.seq = seq_;
+    e.inputs = &input_shapes_;
+    e.outputs = &output_shapes;
+    ctx_.notify([&](Observer& o) { o.on_op_end(e); });
+  }
+  return outs;
+}
+
+Tensor OpRecord::finish(Tensor out) {
+  std::vector<Tensor> outs{std::move(out)};
+  return std::move(finish(std::move(outs))[0]);
+}
+
+void check_defined(const OpRecord& r, const Tensor& t, const char* what) {
+  if (!t.defined()) throw ArgumentError(r.where() + ": " + what + " is an undefined tensor");
+}
+
+void check_floating(const OpRecord& r, const Tensor& t, const char* what) {
+  check_defined(r, t, what);
+  if (!is_floating(t.dtype())) {
+    throw DTypeError(r.where() + ": " + what + " must be f32 or f64, given " + t.describe());
+  }
+}
+
+void check_same_dtype(const OpRecord& r, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    throw DTypeError(r.where() + ": dtype mismatch: " + a.describe() + " and " + b.describe());
+  }
+}
+
+void check_same_shape(const OpRecord& r, const Tensor& a, const char* a_what, const Tensor& b,
+                      const char* b_what) {
+  if (a.shape() != b.shape()) {
+    throw ShapeError(r.where() + ": " + a_what + " " + a.describe() + " and " + b_what + " " +
+                     b.describe() + " must have the same shape");
+  }
+}
+
+bool is_suffix(const Shape& suffix, const Shape& full) {
+  if (suffix.rank() > full.rank()) return false;
+  const int offset = full.rank() - suffix.rank();
+  for (int i = 0; i < suffix.rank(); ++i) {
+    if (suffix[i] != full[offset + i]) return false;
+  }
+  return true;
+}
+
+Tensor new_like(const Tensor& like) { return Tensor::empty(like.ctx(), like.shape(), like.dtype()); }
+
+Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype) {
+  return Tensor::empty(ctx, shape, dtype);
+}
+
+}  // namespace shardscope::ops_detail

@@ -1,0 +1,55 @@
+// OpRecord: the bookkeeping every forward op shares. It announces the op to observers (a debugger
+// may pause here), attributes allocations to it, creates its Node with one edge per input when a
+// gradient is needed, and wires the outputs to that node.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autograd/node.h"
+
+namespace shardscope::ops_detail {
+
+class OpRecord {
+ public:
+  OpRecord(const char* op, std::vector<Tensor> inputs);
+  ~OpRecord();
+  OpRecord(const OpRecord&) = delete;
+  OpRecord& operator=(const OpRecord&) = delete;
+
+  Context& ctx() const { return ctx_; }
+  const char* op() const { return op_; }
+  // "op 'matmul' in attn.qkv (layer 0, forward, rank 0)" for error messages.
+  std::string where() const { return ctx_.where(op_); }
+  bool needs_grad() const { return needs_grad_; }
+  // Creates the node (call only when needs_grad()). The backward function must not capture
+  // tensors: whatever backward needs goes through node->save() so it is counted.
+  Node& record(Node::BackwardFn backward);
+  Tensor finish(Tensor out);
+  std::vector<Tensor> finish(std::vector<Tensor> outs);
+
+ private:
+  const char* op_;
+  Context& ctx_;
+  std::vector<Tensor> inputs_;
+  std::vector<Shape> input_shapes_;
+  std::shared_ptr<Node> node_;
+  std::string previous_op_;
+  std::uint64_t seq_ = 0;
+  bool needs_grad_ = false;
+};
+
+// Checks shared by the ops; each throws with the op's where() in the message.
+void check_defined(const OpRecord& r, const Tensor& t, const char* what);
+void check_floating(const OpRecord& r, const Tensor& t, const char* what);
+void check_same_dtype(const OpRecord& r, const Tensor& a, const Tensor& b);
+void check_same_shape(const OpRecord& r, const Tensor& a, const char* a_what, const Tensor& b,
+                      const char* b_what);
+// True when `suffix` equals the trailing dims of `full` (bias broadcasting).
+bool is_suffix(const Shape& suffix, const Shape& full);
+
+// A new tensor in the op's context with `like`'s shape and dtype (or the given ones).
+Tensor new_like(const Tensor& like);
+Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype);
+
+}  // namespace shardscope::ops_detail

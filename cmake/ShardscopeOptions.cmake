@@ -1,0 +1,57 @@
+# Build options, warnings, sanitizers and the AUTO detection of optional dependencies.
+
+option(SHARDSCOPE_WERROR "Treat compiler warnings as errors (the test command turns this on)" OFF)
+option(SHARDSCOPE_BUILD_TESTS "Build the GoogleTest suites" ON)
+option(SHARDSCOPE_BUILD_BENCH "Build the Google Benchmark programs" ON)
+set(SHARDSCOPE_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address;undefined' or 'thread'")
+
+# Optional parts: AUTO turns a part on where its dependency is found, ON requires it.
+foreach(part CUDA MPI VIZ)
+  set(SHARDSCOPE_${part} AUTO CACHE STRING "Build the ${part} part: AUTO, ON or OFF")
+  set_property(CACHE SHARDSCOPE_${part} PROPERTY STRINGS AUTO ON OFF)
+endforeach()
+
+find_program(SHARDSCOPE_CCACHE ccache)
+if(SHARDSCOPE_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER "${SHARDSCOPE_CCACHE}")
+  set(CMAKE_CUDA_COMPILER_LAUNCHER "${SHARDSCOPE_CCACHE}")
+endif()
+
+# shardscope_resolve_part(PART FOUND): turns AUTO into ON/OFF; ON without the dependency fails.
+function(shardscope_resolve_part part found what)
+  set(value "${SHARDSCOPE_${part}}")
+  if(value STREQUAL "AUTO")
+    if(found)
+      set(value ON)
+    else()
+      set(value OFF)
+    endif()
+  elseif(value STREQUAL "ON" AND NOT found)
+    message(FATAL_ERROR "SHARDSCOPE_${part}=ON but ${what} was not found")
+  endif()
+  set(SHARDSCOPE_HAVE_${part} ${value} PARENT_SCOPE)
+  message(STATUS "shardscope: ${part} part ${value} (${what})")
+endfunction()
+
+include(CheckLanguage)
+check_language(CUDA)
+shardscope_resolve_part(CUDA "${CMAKE_CUDA_COMPILER}" "nvcc; the CUDA backend arrives in a later issue")
+find_package(MPI QUIET COMPONENTS CXX)
+shardscope_resolve_part(MPI "${MPI_CXX_FOUND}" "MPI; MpiComm arrives in a later issue")
+find_path(SHARDSCOPE_IMGUI_INCLUDE imgui.h PATH_SUFFIXES imgui)
+shardscope_resolve_part(VIZ "${SHARDSCOPE_IMGUI_INCLUDE}" "Dear ImGui; the visualizer arrives in a later issue")
+
+# shardscope_target_defaults(TARGET): warnings (errors with SHARDSCOPE_WERROR) and sanitizers.
+function(shardscope_target_defaults target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
+                                           -Wno-sign-conversion -Wnon-virtual-dtor)
+  if(SHARDSCOPE_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+if(SHARDSCOPE_SANITIZE)
+  string(REPLACE ";" "," sanitizers "${SHARDSCOPE_SANITIZE}")
+  add_compile_options(-fsanitize=${sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${sanitizers})
+endif()
