@@ -17,11 +17,11 @@ namespace shardscope {
 // index, stream, step). A shard passes its offset inside the global tensor, so it draws exactly the
 // bits the same elements draw on a single device.
 struct DropoutSpec {
-  double p = 0.0;             // probability of dropping an element
+  double p = 0.0;  // probability of dropping an element
   std::uint64_t seed = 0;
-  std::uint32_t stream = 0;   // (layer, site): see dropout_stream()
+  std::uint32_t stream = 0;  // (layer, site): see dropout_stream()
   std::uint32_t step = 0;
-  Shape global_shape;         // the full tensor's shape; empty means the local shape
+  Shape global_shape;                // the full tensor's shape; empty means the local shape
   std::vector<std::int64_t> offset;  // the local tensor's start in each global dim; empty: zeros
 };
 

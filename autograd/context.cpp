@@ -10,13 +10,20 @@ namespace shardscope {
 
 const char* memory_category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::parameter: return "parameter";
-    case MemoryCategory::gradient: return "gradient";
-    case MemoryCategory::activation: return "activation";
-    case MemoryCategory::saved_activation: return "saved_activation";
-    case MemoryCategory::saved_extra: return "saved_extra";
-    case MemoryCategory::workspace: return "workspace";
-    case MemoryCategory::communication: return "communication";
+    case MemoryCategory::parameter:
+      return "parameter";
+    case MemoryCategory::gradient:
+      return "gradient";
+    case MemoryCategory::activation:
+      return "activation";
+    case MemoryCategory::saved_activation:
+      return "saved_activation";
+    case MemoryCategory::saved_extra:
+      return "saved_extra";
+    case MemoryCategory::workspace:
+      return "workspace";
+    case MemoryCategory::communication:
+      return "communication";
   }
   return "?";
 }

@@ -11,23 +11,31 @@ enum class DType : std::uint8_t { f32, f64, u8 };
 
 inline std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
 
 inline const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
 
-inline bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
+inline bool is_floating(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64;
+}
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };
 
@@ -37,9 +45,7 @@ struct Device {
 
   static Device cpu() { return {DeviceKind::cpu, 0}; }
   static Device cuda(int index) { return {DeviceKind::cuda, index}; }
-  bool operator==(const Device& other) const {
-    return kind == other.kind && index == other.index;
-  }
+  bool operator==(const Device& other) const { return kind == other.kind && index == other.index; }
   bool operator!=(const Device& other) const { return !(*this == other); }
   std::string str() const {
     return kind == DeviceKind::cpu ? std::string("cpu") : "cuda:" + std::to_string(index);

@@ -16,8 +16,12 @@ namespace {
 class BackwardState {
  public:
   explicit BackwardState(Context& ctx)
-      : ctx_(ctx), phase_(ctx.phase()), grad_(ctx.grad_enabled()), layer_(ctx.layer()),
-        op_(ctx.current_op()), scope_(ctx.exchange_scope("")) {
+      : ctx_(ctx),
+        phase_(ctx.phase()),
+        grad_(ctx.grad_enabled()),
+        layer_(ctx.layer()),
+        op_(ctx.current_op()),
+        scope_(ctx.exchange_scope("")) {
     ctx.set_phase(Phase::backward);
     ctx.set_grad_enabled(false);
   }
@@ -68,7 +72,8 @@ Tensor seed_gradient(const Tensor& root, const Tensor& grad) {
   if (!grad.defined()) {
     if (root.numel() != 1) {
       throw StateError("backward() without a gradient needs a one-element output, given " +
-                       root.describe() + (root.grad_fn() ? " from " + root.grad_fn()->where() : "") +
+                       root.describe() +
+                       (root.grad_fn() ? " from " + root.grad_fn()->where() : "") +
                        "; pass a gradient of shape " + root.shape().str());
     }
     return Tensor::full(root.ctx(), root.shape(), 1.0, root.dtype());
@@ -141,7 +146,8 @@ void run_backward(const Tensor& root, const Tensor& grad) {
     grads.resize(n->output_shapes.size());
     state.enter(*n);
     for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) grads[i] = Tensor::zeros(ctx, n->output_shapes[i], n->output_dtypes[i]);
+      if (!grads[i].defined())
+        grads[i] = Tensor::zeros(ctx, n->output_shapes[i], n->output_dtypes[i]);
     }
     const OpEvent event = backward_event(*n);
     if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });

@@ -47,7 +47,8 @@ void GemmDesc::validate() const {
   if (ldc < std::max<std::int64_t>(1, n)) {
     fail("ldc must be >= " + std::to_string(std::max<std::int64_t>(1, n)));
   }
-  if (batch > 1 && stride_c < m * ldc) fail("stride_c must be >= m * ldc so outputs do not overlap");
+  if (batch > 1 && stride_c < m * ldc)
+    fail("stride_c must be >= m * ldc so outputs do not overlap");
 }
 
 ColumnMajorGemm to_column_major(const GemmDesc& d) {

@@ -1,0 +1,185 @@
+// MemoryLedger: live/peak bytes per category and saved activations per saving op.
+#include "autograd/memory_ledger.h"
+
+#include <algorithm>
+
+namespace shardscope {
+namespace {
+
+std::size_t index_of(MemoryCategory c) {
+  return static_cast<std::size_t>(c);
+}
+
+}  // namespace
+
+MemoryCategory MemoryLedger::effective(const Entry& e) const {
+  if (e.saves == 0) return e.base;
+  return e.role == SaveRole::activation ? MemoryCategory::saved_activation
+                                        : MemoryCategory::saved_extra;
+}
+
+void MemoryLedger::add_live(MemoryCategory c, std::size_t bytes) {
+  std::size_t& live = live_[index_of(c)];
+  live += bytes;
+  peak_[index_of(c)] = std::max(peak_[index_of(c)], live);
+  live_total_ += bytes;
+  peak_total_ = std::max(peak_total_, live_total_);
+}
+
+void MemoryLedger::sub_live(MemoryCategory c, std::size_t bytes) {
+  live_[index_of(c)] -= std::min(bytes, live_[index_of(c)]);
+  live_total_ -= std::min(bytes, live_total_);
+}
+
+void MemoryLedger::on_alloc(const StorageEvent& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Entry entry;
+  entry.bytes = e.bytes;
+  entry.base = e.category;
+  entry.counted = true;
+  entries_[e.storage_id] = entry;
+  add_live(e.category, e.bytes);
+  const std::string key = std::string(e.site.scope) + "/" + std::string(e.site.op);
+  auto [it, inserted] = op_index_.emplace(key, op_allocations_.size());
+  if (inserted) {
+    op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
+  }
+  op_allocations_[it->second].bytes += e.bytes;
+  op_allocations_[it->second].count += 1;
+}
+
+void MemoryLedger::on_free(const StorageEvent& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(e.storage_id);
+  if (it == entries_.end()) return;
+  const Entry& entry = it->second;
+  if (entry.counted || entry.saves > 0) sub_live(effective(entry), entry.bytes);
+  entries_.erase(it);
+}
+
+void MemoryLedger::on_recategorize(const StorageEvent& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(e.storage_id);
+  if (it == entries_.end()) return;
+  Entry& entry = it->second;
+  if (entry.counted && entry.saves == 0) {
+    sub_live(entry.base, entry.bytes);
+    add_live(e.category, entry.bytes);
+  }
+  entry.base = e.category;
+}
+
+std::size_t MemoryLedger::site_index(const SaveEvent& e) {
+  for (std::size_t i = 0; i < site_keys_.size(); ++i) {
+    const SiteKey& k = site_keys_[i];
+    if (k.layer == e.site.layer && k.role == e.role && k.scope == e.site.scope &&
+        k.op == e.site.op) {
+      return i;
+    }
+  }
+  site_keys_.push_back({std::string(e.site.scope), std::string(e.site.op), e.site.layer, e.role});
+  return site_keys_.size() - 1;
+}
+
+void MemoryLedger::on_save(const SaveEvent& e) {
+  if (e.storage_category == MemoryCategory::parameter) return;  // weights are not activations
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, inserted] = entries_.try_emplace(e.storage_id);
+  Entry& entry = it->second;
+  if (inserted) {  // allocated before the ledger was attached
+    entry.bytes = e.bytes;
+    entry.base = e.storage_category;
+  }
+  if (entry.saves++ > 0) return;  // already counted under its first saver
+  if (entry.counted) sub_live(entry.base, entry.bytes);
+  entry.role = e.role;
+  entry.site = site_index(e);
+  add_live(effective(entry), entry.bytes);
+}
+
+void MemoryLedger::on_release(const SaveEvent& e) {
+  if (e.storage_category == MemoryCategory::parameter) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(e.storage_id);
+  if (it == entries_.end() || it->second.saves == 0) return;
+  Entry& entry = it->second;
+  if (--entry.saves > 0) return;
+  const MemoryCategory saved_as = entry.role == SaveRole::activation
+                                      ? MemoryCategory::saved_activation
+                                      : MemoryCategory::saved_extra;
+  sub_live(saved_as, entry.bytes);
+  if (entry.counted) {
+    add_live(entry.base, entry.bytes);
+  } else {
+    entries_.erase(it);
+  }
+}
+
+std::size_t MemoryLedger::live(MemoryCategory c) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_[index_of(c)];
+}
+
+std::size_t MemoryLedger::peak(MemoryCategory c) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_[index_of(c)];
+}
+
+std::size_t MemoryLedger::live_total() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_total_;
+}
+
+std::size_t MemoryLedger::peak_total() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_total_;
+}
+
+void MemoryLedger::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = live_;
+  peak_total_ = live_total_;
+}
+
+std::size_t MemoryLedger::saved_bytes(SaveRole role, std::optional<int> layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t total = 0;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.saves == 0 || entry.role != role) continue;
+    if (layer && site_keys_[entry.site].layer != *layer) continue;
+    total += entry.bytes;
+  }
+  return total;
+}
+
+std::size_t MemoryLedger::saved_activation_bytes(std::optional<int> layer) const {
+  return saved_bytes(SaveRole::activation, layer);
+}
+
+std::size_t MemoryLedger::extras_bytes(std::optional<int> layer) const {
+  return saved_bytes(SaveRole::extra, layer);
+}
+
+std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<int> layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<SavedSite> sites(site_keys_.size());
+  for (std::size_t i = 0; i < site_keys_.size(); ++i) {
+    const SiteKey& k = site_keys_[i];
+    sites[i] = {k.scope, k.op, k.layer, k.role, 0};
+  }
+  for (const auto& [id, entry] : entries_) {
+    if (entry.saves > 0) sites[entry.site].bytes += entry.bytes;
+  }
+  std::vector<SavedSite> out;
+  for (SavedSite& s : sites) {
+    if (s.bytes > 0 && (!layer || s.layer == *layer)) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<MemoryLedger::OpAllocations> MemoryLedger::allocations_by_op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return op_allocations_;
+}
+
+}  // namespace shardscope

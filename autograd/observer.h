@@ -13,7 +13,9 @@
 namespace shardscope {
 
 enum class Phase : std::uint8_t { forward, backward };
-inline const char* phase_name(Phase p) { return p == Phase::forward ? "forward" : "backward"; }
+inline const char* phase_name(Phase p) {
+  return p == Phase::forward ? "forward" : "backward";
+}
 
 // What a block of memory holds. Categories follow Korthikanti et al. 2022: saved activations are
 // what backward keeps alive; LayerNorm statistics and the like are "saved_extra", never folded in.
@@ -44,9 +46,9 @@ struct Site {
 
 struct OpEvent {
   Site site;
-  std::uint64_t seq = 0;                         // the forward op's number; its node keeps it
-  const std::vector<Shape>* inputs = nullptr;    // input shapes
-  const std::vector<Shape>* outputs = nullptr;   // output shapes (on_op_end only)
+  std::uint64_t seq = 0;                        // the forward op's number; its node keeps it
+  const std::vector<Shape>* inputs = nullptr;   // input shapes
+  const std::vector<Shape>* outputs = nullptr;  // output shapes (on_op_end only)
 };
 
 struct StorageEvent {

@@ -1,0 +1,19 @@
+// Plain SGD.
+#include "autograd/optim.h"
+
+#include "autograd/backend.h"
+
+namespace shardscope {
+
+void sgd_step(const std::vector<Tensor>& parameters, double learning_rate) {
+  for (const Tensor& p : parameters) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    NoGradGuard no_grad(p.ctx());
+    Tensor target = p;  // updates the parameter's storage in place
+    p.ctx().backend().add(p, g, 1.0, -learning_rate, target);
+    target.zero_grad();
+  }
+}
+
+}  // namespace shardscope

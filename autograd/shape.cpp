@@ -15,7 +15,9 @@ int Shape::normalize_dim(int i) const {
   return d;
 }
 
-std::int64_t Shape::dim(int i) const { return dims_[static_cast<std::size_t>(normalize_dim(i))]; }
+std::int64_t Shape::dim(int i) const {
+  return dims_[static_cast<std::size_t>(normalize_dim(i))];
+}
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;

@@ -33,8 +33,12 @@ std::vector<unsigned char> to_host_bytes(const std::vector<double>& values, DTyp
         std::memcpy(bytes.data() + 4 * i, &v, 4);
         break;
       }
-      case DType::f64: std::memcpy(bytes.data() + 8 * i, &values[i], 8); break;
-      case DType::u8: bytes[i] = static_cast<unsigned char>(values[i]); break;
+      case DType::f64:
+        std::memcpy(bytes.data() + 8 * i, &values[i], 8);
+        break;
+      case DType::u8:
+        bytes[i] = static_cast<unsigned char>(values[i]);
+        break;
     }
   }
   return bytes;
@@ -77,16 +81,15 @@ Tensor Tensor::from_vector(Context& ctx, const Shape& shape, const std::vector<d
   return t;
 }
 
-Tensor Tensor::randn(Context& ctx, const Shape& shape, std::uint64_t seed, double std,
-                     DType dtype, double mean) {
+Tensor Tensor::randn(Context& ctx, const Shape& shape, std::uint64_t seed, double std, DType dtype,
+                     double mean) {
   check_shape(shape);
   std::vector<double> values(static_cast<std::size_t>(shape.numel()));
   constexpr double kTwoPi = 6.283185307179586;
   for (std::size_t i = 0; i < values.size(); ++i) {
     // Box-Muller on two uniforms from Philox words; u1 in (0, 1] keeps the log finite.
-    const kernels::Philox4 r = kernels::philox4x32(static_cast<std::uint32_t>(i),
-                                                   static_cast<std::uint32_t>(i >> 32), 0x5eed,
-                                                   0, seed);
+    const kernels::Philox4 r = kernels::philox4x32(
+        static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), 0x5eed, 0, seed);
     const double u1 = 1.0 - kernels::uniform_from_bits(r.v[0]);
     const double u2 = kernels::uniform_from_bits(r.v[1]);
     values[i] = mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
@@ -108,19 +111,45 @@ const TensorImpl& Tensor::checked() const {
   return *impl_;
 }
 
-const Shape& Tensor::shape() const { return checked().shape; }
-DType Tensor::dtype() const { return checked().dtype; }
-Device Tensor::device() const { return checked().ctx->device(); }
-Context& Tensor::ctx() const { return *checked().ctx; }
-const std::shared_ptr<Storage>& Tensor::storage() const { return checked().storage; }
-void* Tensor::raw_data() const { return checked().storage->data(); }
-const std::string& Tensor::name() const { return checked().name; }
-bool Tensor::requires_grad() const { return checked().requires_grad; }
-bool Tensor::is_leaf() const { return checked().grad_fn == nullptr; }
-bool Tensor::is_parameter() const { return checked().is_parameter; }
-Tensor Tensor::grad() const { return checked().grad; }
-const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked().grad_fn; }
-int Tensor::output_index() const { return checked().output_index; }
+const Shape& Tensor::shape() const {
+  return checked().shape;
+}
+DType Tensor::dtype() const {
+  return checked().dtype;
+}
+Device Tensor::device() const {
+  return checked().ctx->device();
+}
+Context& Tensor::ctx() const {
+  return *checked().ctx;
+}
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  return checked().storage;
+}
+void* Tensor::raw_data() const {
+  return checked().storage->data();
+}
+const std::string& Tensor::name() const {
+  return checked().name;
+}
+bool Tensor::requires_grad() const {
+  return checked().requires_grad;
+}
+bool Tensor::is_leaf() const {
+  return checked().grad_fn == nullptr;
+}
+bool Tensor::is_parameter() const {
+  return checked().is_parameter;
+}
+Tensor Tensor::grad() const {
+  return checked().grad;
+}
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  return checked().grad_fn;
+}
+int Tensor::output_index() const {
+  return checked().output_index;
+}
 
 Tensor& Tensor::set_name(std::string name) {
   checked();
@@ -165,8 +194,12 @@ std::vector<double> Tensor::to_vector() const {
         out[i] = v;
         break;
       }
-      case DType::f64: std::memcpy(&out[i], host.data() + 8 * i, 8); break;
-      case DType::u8: out[i] = host[i]; break;
+      case DType::f64:
+        std::memcpy(&out[i], host.data() + 8 * i, 8);
+        break;
+      case DType::u8:
+        out[i] = host[i];
+        break;
     }
   }
   return out;
@@ -179,7 +212,9 @@ double Tensor::item() const {
   return to_vector()[0];
 }
 
-void Tensor::backward(const Tensor& grad) const { run_backward(*this, grad); }
+void Tensor::backward(const Tensor& grad) const {
+  run_backward(*this, grad);
+}
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked();

@@ -27,7 +27,9 @@ void* CpuBackend::allocate(std::size_t bytes) {
   return p;
 }
 
-void CpuBackend::deallocate(void* data, std::size_t) { std::free(data); }
+void CpuBackend::deallocate(void* data, std::size_t) {
+  std::free(data);
+}
 
 void CpuBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
@@ -88,8 +90,11 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   const std::size_t es = dtype_size(src.dtype());
   const std::vector<std::int64_t> in_strides = src.shape().strides();
   // Walk the output in order; `in_step[d]` is how far the input moves for output dim d.
-  std::vector<std::int64_t> in_step(static_cast<std::size_t>(r)), index(static_cast<std::size_t>(r), 0);
-  for (int d = 0; d < r; ++d) in_step[static_cast<std::size_t>(d)] = in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])];
+  std::vector<std::int64_t> in_step(static_cast<std::size_t>(r)),
+      index(static_cast<std::size_t>(r), 0);
+  for (int d = 0; d < r; ++d)
+    in_step[static_cast<std::size_t>(d)] =
+        in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])];
   const auto* in = static_cast<const unsigned char*>(src.raw_data());
   auto* out = static_cast<unsigned char*>(dst.raw_data());
   const std::int64_t n = dst.numel();
@@ -191,7 +196,9 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
   const Shape global = spec.global_shape.rank() ? spec.global_shape : local;
   const int r = local.rank();
   const std::vector<std::int64_t> gstride = global.strides();
-  auto offset = [&](int d) { return spec.offset.empty() ? 0 : spec.offset[static_cast<std::size_t>(d)]; };
+  auto offset = [&](int d) {
+    return spec.offset.empty() ? 0 : spec.offset[static_cast<std::size_t>(d)];
+  };
   const std::int64_t last = r ? local[r - 1] : 1;
   std::vector<std::int64_t> index(static_cast<std::size_t>(r), 0);
   auto* m = mask.data<std::uint8_t>();
@@ -203,7 +210,9 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     for (std::int64_t row = 0, n = x.numel(); row < n; row += last) {
       // Global linear index of this local row's first element.
       std::int64_t base = r ? offset(r - 1) : 0;
-      for (int d = 0; d < r - 1; ++d) base += (index[static_cast<std::size_t>(d)] + offset(d)) * gstride[static_cast<std::size_t>(d)];
+      for (int d = 0; d < r - 1; ++d)
+        base +=
+            (index[static_cast<std::size_t>(d)] + offset(d)) * gstride[static_cast<std::size_t>(d)];
       for (std::int64_t j = 0; j < last; ++j) {
         const bool keep = kernels::dropout_keep(spec.seed, spec.stream, spec.step,
                                                 static_cast<std::uint64_t>(base + j), spec.p);

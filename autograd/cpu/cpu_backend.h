@@ -28,8 +28,7 @@ class CpuBackend final : public Backend {
   void scale(const Tensor& x, double alpha, Tensor& out) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
-  void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
-                       Tensor& y) override;
+  void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
 
   void sum_to_suffix(const Tensor& x, Tensor& out) override;

@@ -15,7 +15,9 @@ using cpu::dispatch_floating;
 namespace {
 
 // Rows of the last dim of t.
-std::int64_t row_length(const Tensor& t) { return t.rank() ? t.dim(-1) : 1; }
+std::int64_t row_length(const Tensor& t) {
+  return t.rank() ? t.dim(-1) : 1;
+}
 
 }  // namespace
 

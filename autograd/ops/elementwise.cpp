@@ -18,8 +18,8 @@ void check_broadcast(const OpRecord& r, const Tensor& a, const Tensor& b) {
   ops_detail::check_floating(r, b, "b");
   ops_detail::check_same_dtype(r, a, b);
   if (!ops_detail::is_suffix(b.shape(), a.shape())) {
-    throw ShapeError(r.where() + ": b " + b.describe() + " must have a's shape " +
-                     a.shape().str() + " or a suffix of it (a bias over the last dims)");
+    throw ShapeError(r.where() + ": b " + b.describe() + " must have a's shape " + a.shape().str() +
+                     " or a suffix of it (a bias over the last dims)");
   }
 }
 

@@ -37,7 +37,8 @@ Shape resolve_reshape(const OpRecord& r, const Shape& from, const Shape& to) {
 
 std::vector<int> inverse_permutation(const std::vector<int>& perm) {
   std::vector<int> inv(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) inv[static_cast<std::size_t>(perm[i])] = static_cast<int>(i);
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    inv[static_cast<std::size_t>(perm[i])] = static_cast<int>(i);
   return inv;
 }
 
@@ -140,8 +141,8 @@ std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64
     total += n;
   }
   if (sizes.empty() || total != x.shape()[d]) {
-    throw ShapeError(r.where() + ": split sizes add up to " + std::to_string(total) +
-                     " but dim " + std::to_string(d) + " of " + x.describe() + " is " +
+    throw ShapeError(r.where() + ": split sizes add up to " + std::to_string(total) + " but dim " +
+                     std::to_string(d) + " of " + x.describe() + " is " +
                      std::to_string(x.shape()[d]));
   }
   std::vector<Tensor> outs = cut(x, d, sizes);
@@ -157,9 +158,9 @@ std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64
 std::vector<Tensor> chunk(const Tensor& x, int dim, int chunks) {
   const std::int64_t n = x.shape().dim(dim);
   if (chunks < 1 || n % chunks != 0) {
-    throw ShapeError("op 'chunk': dim " + std::to_string(dim) + " of " + x.describe() +
-                     " (size " + std::to_string(n) + ") does not divide into " +
-                     std::to_string(chunks) + " equal chunks");
+    throw ShapeError("op 'chunk': dim " + std::to_string(dim) + " of " + x.describe() + " (size " +
+                     std::to_string(n) + ") does not divide into " + std::to_string(chunks) +
+                     " equal chunks");
   }
   return split(x, dim, std::vector<std::int64_t>(static_cast<std::size_t>(chunks), n / chunks));
 }

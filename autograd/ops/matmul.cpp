@@ -20,17 +20,16 @@ struct MatmulPlan {
 
 MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool transpose_b) {
   if (a.rank() < 2 || b.rank() < 2) {
-    throw ShapeError(r.where() + ": operands need rank >= 2, given " + a.str() + " and " +
-                     b.str());
+    throw ShapeError(r.where() + ": operands need rank >= 2, given " + a.str() + " and " + b.str());
   }
   MatmulPlan p;
   p.k = a.dim(-1);
   const std::int64_t b_k = transpose_b ? b.dim(-1) : b.dim(-2);
   p.n = transpose_b ? b.dim(-2) : b.dim(-1);
   if (b_k != p.k) {
-    throw ShapeError(r.where() + ": inner dims differ: a " + a.str() + " has k = " +
-                     std::to_string(p.k) + ", b " + b.str() + (transpose_b ? " (transposed)" : "") +
-                     " has k = " + std::to_string(b_k));
+    throw ShapeError(r.where() + ": inner dims differ: a " + a.str() +
+                     " has k = " + std::to_string(p.k) + ", b " + b.str() +
+                     (transpose_b ? " (transposed)" : "") + " has k = " + std::to_string(b_k));
   }
   std::vector<std::int64_t> out = a.dims();
   out.back() = p.n;
@@ -40,10 +39,9 @@ MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool t
     p.m = a.numel() / p.k;
     return p;
   }
-  if (b.rank() != a.rank() ||
-      !std::equal(a.dims().begin(), a.dims().end() - 2, b.dims().begin())) {
-    throw ShapeError(r.where() + ": batched operands need the same leading dims, given " +
-                     a.str() + " and " + b.str());
+  if (b.rank() != a.rank() || !std::equal(a.dims().begin(), a.dims().end() - 2, b.dims().begin())) {
+    throw ShapeError(r.where() + ": batched operands need the same leading dims, given " + a.str() +
+                     " and " + b.str());
   }
   p.m = a.dim(-2);
   p.batch = a.numel() / (p.m * p.k);

@@ -37,7 +37,9 @@ OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs)
   }
 }
 
-OpRecord::~OpRecord() { ctx_.set_current_op(previous_op_); }
+OpRecord::~OpRecord() {
+  ctx_.set_current_op(previous_op_);
+}
 
 Node& OpRecord::record(Node::BackwardFn backward) {
   node_ = std::make_shared<Node>(ctx_, op_, std::move(backward));
@@ -120,7 +122,9 @@ bool is_suffix(const Shape& suffix, const Shape& full) {
   return true;
 }
 
-Tensor new_like(const Tensor& like) { return Tensor::empty(like.ctx(), like.shape(), like.dtype()); }
+Tensor new_like(const Tensor& like) {
+  return Tensor::empty(like.ctx(), like.shape(), like.dtype());
+}
 
 Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype) {
   return Tensor::empty(ctx, shape, dtype);

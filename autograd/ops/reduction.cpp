@@ -13,15 +13,16 @@ using ops_detail::OpRecord;
 
 // A tensor of `shape` filled with the scalar gradient times `factor`.
 Tensor broadcast_scalar(const Tensor& scalar_grad, const Shape& shape, double factor) {
-  Tensor out = Tensor::full(scalar_grad.ctx(), shape, scalar_grad.item() * factor,
-                            scalar_grad.dtype());
+  Tensor out =
+      Tensor::full(scalar_grad.ctx(), shape, scalar_grad.item() * factor, scalar_grad.dtype());
   return out;
 }
 
 Tensor reduce_all(const char* op, const Tensor& x, double factor) {
   OpRecord r(op, {x});
   ops_detail::check_floating(r, x, "x");
-  if (x.numel() == 0) throw ShapeError(r.where() + ": cannot reduce the empty tensor " + x.describe());
+  if (x.numel() == 0)
+    throw ShapeError(r.where() + ": cannot reduce the empty tensor " + x.describe());
   Tensor y = ops_detail::new_tensor(r.ctx(), Shape{}, x.dtype());
   r.ctx().backend().sum_all(x, y);
   if (factor != 1.0) r.ctx().backend().scale(y, factor, y);
@@ -37,10 +38,13 @@ Tensor reduce_all(const char* op, const Tensor& x, double factor) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce_all("sum", x, 1.0); }
+Tensor sum(const Tensor& x) {
+  return reduce_all("sum", x, 1.0);
+}
 
 Tensor mean(const Tensor& x) {
-  return reduce_all("mean", x, x.defined() && x.numel() ? 1.0 / static_cast<double>(x.numel()) : 1.0);
+  return reduce_all("mean", x,
+                    x.defined() && x.numel() ? 1.0 / static_cast<double>(x.numel()) : 1.0);
 }
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target) {

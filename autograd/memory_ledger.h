@@ -1,0 +1,90 @@
+// MemoryLedger: an observer that accounts every byte of one rank by category, live and peak, and
+// the saved activations by the op that saved them. Saved bytes are counted once per unique
+// Storage (two ops saving the same tensor count it once, under the first), never for parameters,
+// and LayerNorm statistics and other SaveRole::extra tensors go to a separate extras total.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/observer.h"
+
+namespace shardscope {
+
+class MemoryLedger final : public Observer {
+ public:
+  // Saved bytes grouped by the op that first saved them.
+  struct SavedSite {
+    std::string scope;  // "attn.qkv"
+    std::string op;     // "matmul"
+    int layer = -1;
+    SaveRole role = SaveRole::activation;
+    std::size_t bytes = 0;
+  };
+  // Bytes allocated by one op (its scope and kind), over the ledger's lifetime.
+  struct OpAllocations {
+    std::string scope;
+    std::string op;
+    std::size_t bytes = 0;
+    std::size_t count = 0;
+  };
+
+  std::size_t live(MemoryCategory category) const;
+  std::size_t peak(MemoryCategory category) const;
+  std::size_t live_total() const;
+  std::size_t peak_total() const;
+  // Peaks restart from the live values (for a per-step peak).
+  void reset_peaks();
+
+  // Bytes saved for backward and not yet released, optionally of one layer only.
+  std::size_t saved_activation_bytes(std::optional<int> layer = std::nullopt) const;
+  std::size_t extras_bytes(std::optional<int> layer = std::nullopt) const;
+  // The saved bytes by saving op, in the order the ops first saved.
+  std::vector<SavedSite> saved_by_site(std::optional<int> layer = std::nullopt) const;
+  std::vector<OpAllocations> allocations_by_op() const;
+
+  void on_alloc(const StorageEvent& e) override;
+  void on_free(const StorageEvent& e) override;
+  void on_recategorize(const StorageEvent& e) override;
+  void on_save(const SaveEvent& e) override;
+  void on_release(const SaveEvent& e) override;
+
+ private:
+  struct Entry {
+    std::size_t bytes = 0;
+    MemoryCategory base = MemoryCategory::activation;  // its category while not saved
+    bool counted = false;  // allocated while the ledger watched (else only its saves count)
+    int saves = 0;
+    SaveRole role = SaveRole::activation;
+    std::size_t site = 0;  // index into site_keys_ of the first saver
+  };
+  struct SiteKey {
+    std::string scope, op;
+    int layer;
+    SaveRole role;
+  };
+
+  MemoryCategory effective(const Entry& e) const;
+  void add_live(MemoryCategory c, std::size_t bytes);
+  void sub_live(MemoryCategory c, std::size_t bytes);
+  std::size_t site_index(const SaveEvent& e);
+  std::size_t saved_bytes(SaveRole role, std::optional<int> layer) const;
+
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, Entry> entries_;
+  std::array<std::size_t, kMemoryCategoryCount> live_{};
+  std::array<std::size_t, kMemoryCategoryCount> peak_{};
+  std::size_t live_total_ = 0;
+  std::size_t peak_total_ = 0;
+  std::vector<SiteKey> site_keys_;
+  std::vector<OpAllocations> op_allocations_;
+  std::unordered_map<std::string, std::size_t> op_index_;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,35 @@
+// The analytic activation-memory model of one Transformer layer (Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models", section 4.1 and eq. 1):
+// single device, sbh(16A + 2M) + as^2b(2A + M) bytes, with A bytes per activation element and M
+// per dropout-mask element (the paper's A = 2, M = 1 give sbh(34 + 5as/h)). Each term names the
+// op that saves it, so the measured ledger can be set beside it term by term.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/layer_config.h"
+
+namespace shardscope {
+
+struct ActivationTerm {
+  std::string what;     // "QK^T: Q and K"
+  std::string scope;    // the saving op's scope in TransformerLayer: "attn.scores"
+  std::string op;       // its kind: "matmul"
+  std::string formula;  // "2A sbh"
+  double bytes = 0;
+};
+
+struct ActivationModel {
+  std::vector<ActivationTerm> terms;
+  double total_bytes = 0;   // sum of the terms: the paper's formula
+  double extras_bytes = 0;  // LayerNorm mean and rstd, outside the formula
+  std::string formula;      // "sbh(16A + 2M) + as^2b(2A + M)"
+};
+
+// A = bytes of the layer's dtype, M = 1 (u8 masks). Without dropout (p = 0) the masks and the
+// dropout output vanish: probs x V then saves the softmax output, already counted.
+ActivationModel single_device_activation_model(const LayerConfig& config);
+
+}  // namespace shardscope

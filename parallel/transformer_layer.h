@@ -1,0 +1,61 @@
+// The pre-LayerNorm Transformer layer, single device. Activations are [s, b, h]:
+//   x -> LN1 -> QKV linear -> attention core (scores, 1/sqrt(d), causal softmax, dropout,
+//   probs x V) -> output linear -> dropout -> + x = h1
+//   h1 -> LN2 -> fc1 (4h) -> GeLU -> fc2 -> dropout -> + h1 = y
+// Weights are [in, out]. The QKV columns are grouped by head: column (head * 3 + j) * d + i holds
+// element i of the head's query (j = 0), key (j = 1) or value (j = 2), d = h / a, so a column
+// shard of whole heads holds their q, k and v together (docs/architecture.md).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "parallel/layer_config.h"
+
+namespace shardscope {
+
+struct LayerWeights {
+  Tensor ln1_weight, ln1_bias;    // [h]
+  Tensor qkv_weight, qkv_bias;    // [h, 3h], [3h]
+  Tensor proj_weight, proj_bias;  // [h, h], [h]
+  Tensor ln2_weight, ln2_bias;    // [h]
+  Tensor fc1_weight, fc1_bias;    // [h, 4h], [4h]
+  Tensor fc2_weight, fc2_bias;    // [4h, h], [h]
+
+  // PyTorch-style names: "ln1.weight", "attn.qkv.weight", "mlp.fc1.bias", ...
+  std::vector<std::pair<std::string, Tensor>> named() const;
+  std::vector<Tensor> parameters() const;
+};
+
+// Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), LayerNorm
+// weights 1 and biases 0 (the usual GPT-2 / Megatron start).
+LayerWeights make_layer_weights(Context& ctx, const LayerConfig& config);
+
+// The dropout sites of a layer, numbered for their Philox streams.
+enum DropoutSite : int { kAttentionProbs = 0, kAttentionOutput = 1, kMlpOutput = 2 };
+
+class TransformerLayer {
+ public:
+  // Throws ArgumentError on a bad config or weights of the wrong shape.
+  TransformerLayer(const LayerConfig& config, LayerWeights weights);
+
+  // x [s, b, h] -> [s, b, h]. Ops run in scopes "ln1", "attn.*", "ln2", "mlp.*" of the layer.
+  Tensor forward(const Tensor& x) const;
+
+  const LayerConfig& config() const { return config_; }
+  const LayerWeights& weights() const { return weights_; }
+  std::vector<Tensor> parameters() const { return weights_.parameters(); }
+
+ private:
+  Tensor attention(const Tensor& x) const;
+  Tensor mlp(const Tensor& x) const;
+  Tensor linear(const std::string& scope, const Tensor& x, const Tensor& w, const Tensor& b) const;
+  Tensor drop(const std::string& scope, const Tensor& x, int site) const;
+
+  LayerConfig config_;
+  LayerWeights weights_;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,115 @@
+// End-to-end: the shardscope executable's output, exit codes and JSON report.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_cli(const std::string& args) {
+  const std::string command = std::string(SHARDSCOPE_EXE) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
+  const Result r = run_cli("run --mode single --seq 16 --batch 2 --hidden 32 --heads 4 --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("step        loss"));
+  EXPECT_THAT(r.output, HasSubstr("sbh(16A + 2M) + as^2b(2A + M)"));
+  EXPECT_THAT(r.output, HasSubstr("match"));
+  EXPECT_THAT(r.output, Not(HasSubstr("MISMATCH")));
+  EXPECT_THAT(r.output, Not(HasSubstr("differs")));
+  // s=16 b=2 h=32 a=4, f32: sbh (16*4 + 2) + as^2b (2*4 + 1) = 1024*66 + 2048*9
+  EXPECT_THAT(r.output, HasSubstr(std::to_string(1024 * 66 + 2048 * 9)));
+}
+
+TEST(Cli, ReportHasTheStableKeys) {
+  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_report.json";
+  std::filesystem::remove(path);
+  const Result r = run_cli(
+      "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --dropout 0.2 "
+      "--seed 5 --report " +
+      path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << "no report at " << path;
+  const nlohmann::json j = nlohmann::json::parse(file);
+  EXPECT_EQ(j["config"]["seq"], 8);
+  EXPECT_EQ(j["config"]["mode"], "single");
+  EXPECT_EQ(j["config"]["dropout"], 0.2);
+  EXPECT_EQ(j["config"]["seed"], 5);
+  ASSERT_EQ(j["steps"].size(), 3u);
+  for (const auto& s : j["steps"]) {
+    EXPECT_TRUE(s["loss"].is_number());
+    EXPECT_GT(s["time_ms"].get<double>(), 0.0);
+  }
+  const auto& rank0 = j["memory"]["per_rank"].at(0);
+  EXPECT_EQ(rank0["rank"], 0);
+  EXPECT_EQ(rank0["saved_activation_bytes"], rank0["formula_bytes"]);
+  // s=8 b=2 h=16 a=2: 256 * 66 + 256 * 9
+  EXPECT_EQ(rank0["formula_bytes"].get<double>(), 256.0 * 66 + 256.0 * 9);
+  EXPECT_EQ(rank0["extras_bytes"].get<double>(), 4.0 * 4 * 16);
+  EXPECT_GT(rank0["peak_bytes"].get<double>(), rank0["saved_activation_bytes"].get<double>());
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
+  struct Case {
+    const char* args;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"run --hidden 30 --heads 4", "--hidden 30 must be divisible by --heads 4"},
+      {"run --seq 0", "--seq must be a positive integer, given 0"},
+      {"run --batch -3", "--batch must be a positive integer"},
+      {"run --dropout 1.5", "--dropout must be in [0, 1)"},
+      {"run --mode diagonal", "--mode diagonal is not a mode"},
+      {"run --dtype f16", "--dtype f16 is not supported"},
+      {"run --steps 0", "--steps must be >= 1"},
+      {"run --seq abc", "--seq"},
+      {"run --no-such-flag", "--no-such-flag"},
+      {"", "subcommand"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.args;
+    EXPECT_EQ(count_lines(r.output), 1) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(Cli, AnUnwritableReportIsAnError) {
+  const Result r =
+      run_cli("run --seq 4 --hidden 8 --heads 2 --steps 1 --report /nonexistent/x.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/x.json"));
+}
+
+}  // namespace
