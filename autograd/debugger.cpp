@@ -1,0 +1,262 @@
+// Debugger: breakpoint matching, the stop record, and the pause/step/resume handshake between the
+// rank thread (blocked in on_op_begin) and controller threads. One mutex guards all state; one
+// condition variable announces every change of it.
+#include "autograd/debugger.h"
+
+#include <algorithm>
+
+#include "autograd/errors.h"
+
+namespace shardscope {
+namespace {
+
+std::string shapes_str(const std::vector<Shape>& shapes) {
+  std::string out;
+  for (const Shape& s : shapes) out += " " + s.str();
+  return out;
+}
+
+}  // namespace
+
+// ---- Breakpoint ----
+
+void Breakpoint::validate() const {
+  if (std::count(op.begin(), op.end(), '/') > 1) {
+    throw ArgumentError("breakpoint op '" + op +
+                        "': expected an op kind (\"matmul\") or one scoped name "
+                        "(\"attn.qkv/matmul\"), given more than one '/'");
+  }
+  if (layer && *layer < -1) {
+    throw ArgumentError("breakpoint layer " + std::to_string(*layer) +
+                        ": expected a layer index >= 0, or -1 for ops outside any layer");
+  }
+}
+
+bool Breakpoint::matches(const Site& site) const {
+  if (phase && *phase != site.phase) return false;
+  if (layer && *layer != site.layer) return false;
+  if (op.empty()) return true;
+  const std::size_t slash = op.find('/');
+  if (slash == std::string::npos) return site.op == op;
+  const std::string_view name(op);
+  const std::string_view op_part = name.substr(slash + 1);
+  return site.scope == name.substr(0, slash) && (op_part.empty() || site.op == op_part);
+}
+
+std::string Breakpoint::str() const {
+  std::string out = op.empty() ? "any op" : op;
+  if (phase) out += std::string(" ") + phase_name(*phase);
+  if (layer) out += " layer " + std::to_string(*layer);
+  return out;
+}
+
+// ---- Stop ----
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::breakpoint:
+      return "breakpoint";
+    case StopReason::step:
+      return "step";
+    case StopReason::pause_request:
+      return "pause request";
+    case StopReason::first_op:
+      return "first op";
+  }
+  return "?";
+}
+
+std::string Stop::name() const {
+  return scope.empty() ? op : scope + "/" + op;
+}
+
+std::string Stop::str() const {
+  std::string out = "stop " + std::to_string(number) + " at op " + std::to_string(op_index) + ": " +
+                    name() + " " + phase_name(phase) + " (";
+  if (layer >= 0) out += "layer " + std::to_string(layer) + ", ";
+  out += "step " + std::to_string(step) + ", rank " + std::to_string(rank) + ")";
+  out += " in" + shapes_str(inputs);
+  if (!outputs.empty()) out += " out" + shapes_str(outputs);
+  if (reason == StopReason::breakpoint) {
+    out += " (breakpoint " + std::to_string(breakpoint_id) + ")";
+  } else {
+    out += std::string(" (") + stop_reason_name(reason) + ")";
+  }
+  return out;
+}
+
+// ---- Debugger: breakpoints ----
+
+Debugger::Debugger(StartMode mode) : first_op_pending_(mode == StartMode::stop_at_first_op) {}
+
+Debugger::~Debugger() {
+  shutdown();
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return in_hook_ == 0; });
+}
+
+int Debugger::add_breakpoint(Breakpoint breakpoint) {
+  breakpoint.validate();
+  std::lock_guard<std::mutex> lock(mutex_);
+  BreakpointEntry entry;
+  entry.id = next_breakpoint_id_++;
+  entry.breakpoint = std::move(breakpoint);
+  breakpoints_.push_back(std::move(entry));
+  return breakpoints_.back().id;
+}
+
+bool Debugger::remove_breakpoint(int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = std::find_if(breakpoints_.begin(), breakpoints_.end(),
+                               [&](const BreakpointEntry& e) { return e.id == id; });
+  if (it == breakpoints_.end()) return false;
+  breakpoints_.erase(it);
+  return true;
+}
+
+void Debugger::clear_breakpoints() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  breakpoints_.clear();
+}
+
+std::vector<BreakpointEntry> Debugger::breakpoints() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return breakpoints_;
+}
+
+// ---- Debugger: controller side ----
+
+void Debugger::request_pause() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!paused_) pause_requested_ = true;
+}
+
+void Debugger::step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!paused_) {
+    pause_requested_ = true;
+    return;
+  }
+  stop_at_next_op_ = true;
+  paused_ = false;
+  current_.reset();
+  changed_.notify_all();
+}
+
+void Debugger::resume() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_at_next_op_ = false;
+  pause_requested_ = false;
+  first_op_pending_ = false;
+  paused_ = false;
+  current_.reset();
+  changed_.notify_all();
+}
+
+std::optional<Stop> Debugger::wait_for_stop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return paused_ || finished_ || shut_down_; });
+  if (paused_) return current_;
+  return std::nullopt;
+}
+
+bool Debugger::paused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return paused_;
+}
+
+std::optional<Stop> Debugger::current_stop() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return current_;
+}
+
+std::uint64_t Debugger::stop_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stop_count_;
+}
+
+void Debugger::shutdown() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shut_down_ = true;
+  paused_ = false;
+  current_.reset();
+  changed_.notify_all();
+}
+
+bool Debugger::is_shut_down() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shut_down_;
+}
+
+// ---- Debugger: rank side ----
+
+void Debugger::mark_finished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  finished_ = true;
+  changed_.notify_all();
+}
+
+void Debugger::mark_running() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  finished_ = false;
+}
+
+bool Debugger::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_;
+}
+
+std::optional<StopReason> Debugger::stop_reason(const Site& site, int& breakpoint_id) {
+  breakpoint_id = -1;
+  for (BreakpointEntry& e : breakpoints_) {
+    if (!e.breakpoint.matches(site)) continue;
+    ++e.hits;
+    if (breakpoint_id < 0) breakpoint_id = e.id;
+  }
+  if (breakpoint_id >= 0) return StopReason::breakpoint;
+  if (stop_at_next_op_) return StopReason::step;
+  if (pause_requested_) return StopReason::pause_request;
+  if (first_op_pending_) return StopReason::first_op;
+  return std::nullopt;
+}
+
+Stop Debugger::make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const {
+  Stop s;
+  s.op = std::string(event.site.op);
+  s.scope = std::string(event.site.scope);
+  s.phase = event.site.phase;
+  s.layer = event.site.layer;
+  s.step = event.site.step;
+  s.rank = event.site.rank;
+  s.seq = event.seq;
+  if (event.inputs) s.inputs = *event.inputs;
+  if (event.outputs) s.outputs = *event.outputs;
+  s.op_index = op_count_;
+  s.number = stop_count_;
+  s.reason = reason;
+  s.breakpoint_id = breakpoint_id;
+  return s;
+}
+
+void Debugger::on_op_begin(const OpEvent& event) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (shut_down_) return;
+  ++op_count_;
+  int breakpoint_id = -1;
+  const std::optional<StopReason> reason = stop_reason(event.site, breakpoint_id);
+  if (!reason) return;
+  stop_at_next_op_ = false;
+  pause_requested_ = false;
+  first_op_pending_ = false;
+  ++stop_count_;
+  current_ = make_stop(event, *reason, breakpoint_id);
+  paused_ = true;
+  ++in_hook_;
+  changed_.notify_all();
+  // Only this thread sets paused_; a controller clears it (step, resume, shutdown).
+  changed_.wait(lock, [&] { return !paused_; });
+  --in_hook_;
+  changed_.notify_all();
+}
+
+}  // namespace shardscope

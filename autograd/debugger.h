@@ -1,0 +1,166 @@
+// Debugger: the step debugger, an Observer that pauses one rank before a forward op or a backward
+// node runs and lets another thread (the terminal front end, the visualizer, a test) inspect the
+// stop, step to the next op or resume. One Debugger per rank: attach it to that rank's Context.
+//
+// The rank thread blocks inside on_op_begin while it is paused; controller calls (request_pause,
+// step, resume, wait_for_stop, shutdown) may come from any thread. The rank thread marks the end
+// of its run with DebugRunGuard (or mark_finished) so a controller in wait_for_stop never hangs.
+//
+//   Debugger debugger(Debugger::StartMode::stop_at_first_op);    // the controller owns it
+//   rank thread:  ObserverGuard attach(ctx, debugger); DebugRunGuard run(debugger); ...ops...
+//   controller:   while (auto stop = debugger.wait_for_stop(5s)) { show(*stop); debugger.step(); }
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/observer.h"
+
+namespace shardscope {
+
+// Where to stop. Every set field must match; an empty breakpoint matches every op.
+//  op: "" matches any op; "matmul" matches the op kind in any scope; a name with a '/' is a scoped
+//      name "scope/op" that matches that op kind in exactly that module scope ("attn.qkv/matmul";
+//      "/matmul" is a matmul outside any scope; "mlp.fc1/" is every op in scope mlp.fc1).
+//  phase: forward ops, backward nodes, or both when unset.
+//  layer: ops tagged with that layer by LayerGuard (-1: ops outside any layer), any when unset.
+struct Breakpoint {
+  std::string op;
+  std::optional<Phase> phase;
+  std::optional<int> layer;
+
+  // Throws ArgumentError for a name with more than one '/' or a layer below -1.
+  void validate() const;
+  bool matches(const Site& site) const;
+  // "gelu backward layer 0", "attn.qkv/matmul", "any op"
+  std::string str() const;
+};
+
+// A breakpoint as the debugger holds it: its id (for remove_breakpoint) and how often it stopped.
+struct BreakpointEntry {
+  int id = 0;
+  Breakpoint breakpoint;
+  std::uint64_t hits = 0;
+};
+
+// Why the rank stopped. With several reasons at once, the first in this order is reported.
+enum class StopReason : std::uint8_t { breakpoint, step, pause_request, first_op };
+const char* stop_reason_name(StopReason r);
+
+// One stop of the rank: the op it is about to run and why it stopped.
+struct Stop {
+  std::string op;     // op kind: "matmul"
+  std::string scope;  // module scope: "attn.qkv" (empty outside modules)
+  Phase phase = Phase::forward;
+  int layer = -1;
+  std::int64_t step = 0;
+  int rank = 0;
+  // The engine's op number: a backward node carries its forward op's number. A forward op has
+  // none yet when it stops (its node is created after the stop), so this is 0 there.
+  std::uint64_t seq = 0;
+  // Forward: the op's input shapes (outputs are not computed yet, so `outputs` is empty).
+  // Backward: the gradients flowing in (one per forward output) and out (one per forward input).
+  std::vector<Shape> inputs;
+  std::vector<Shape> outputs;
+  std::uint64_t op_index = 0;  // 1-based count of ops this debugger has seen begin, this one too
+  std::uint64_t number = 0;    // 1-based count of stops, this one too
+  StopReason reason = StopReason::step;
+  int breakpoint_id = -1;  // the first matching breakpoint, -1 when none matched
+
+  // "attn.qkv/matmul" (the form a scoped breakpoint matches), "matmul" outside any scope.
+  std::string name() const;
+  // "stop 3 at op 5: attn.qkv/matmul backward (layer 0, step 0, rank 0) in [2, 4] out [2, 3]
+  // [3, 4] (breakpoint 1)"
+  std::string str() const;
+};
+
+class Debugger : public Observer {
+ public:
+  enum class StartMode : std::uint8_t {
+    running,           // stop only at breakpoints and pause requests
+    stop_at_first_op,  // stop before the first op, as if a pause had been requested
+  };
+
+  explicit Debugger(StartMode mode = StartMode::running);
+  // Shuts down (releasing a paused rank) and waits for the rank thread to leave the hooks. Detach
+  // the debugger from its Context (ObserverGuard) before the debugger is destroyed.
+  ~Debugger() override;
+  Debugger(const Debugger&) = delete;
+  Debugger& operator=(const Debugger&) = delete;
+
+  // Breakpoints; thread-safe. add_breakpoint validates and returns the new breakpoint's id.
+  int add_breakpoint(Breakpoint breakpoint);
+  bool remove_breakpoint(int id);  // false when no breakpoint has that id
+  void clear_breakpoints();
+  std::vector<BreakpointEntry> breakpoints() const;
+
+  // Controller side, from any thread.
+  // Stops the rank at its next op. A no-op while paused.
+  void request_pause();
+  // Releases a paused rank and stops it again at its very next op. When the rank is running,
+  // this is request_pause(). paused() is false from this call until the rank stops again.
+  void step();
+  // Releases a paused rank and cancels a pending pause or step: it runs until a breakpoint or a
+  // pause request. paused() is false from this call until the rank stops again.
+  void resume();
+  // Waits until the rank is paused and returns its stop (at once when it is already paused, so
+  // two calls without step/resume between them return the same stop). Returns nullopt when the
+  // timeout passes, the run has finished (mark_finished) or the debugger was shut down.
+  std::optional<Stop> wait_for_stop(std::chrono::milliseconds timeout);
+  bool paused() const;
+  // The stop the rank is paused at; nullopt while it runs.
+  std::optional<Stop> current_stop() const;
+  std::uint64_t stop_count() const;
+  // Releases a paused rank and turns the debugger off for good: it never stops again and
+  // wait_for_stop returns nullopt at once. Idempotent; the destructor calls it.
+  void shutdown();
+  bool is_shut_down() const;
+
+  // Rank side: the rank's run is over (or starting again); wakes controllers in wait_for_stop.
+  void mark_finished();
+  void mark_running();
+  bool finished() const;
+
+  // Observer hooks, called on the rank thread. on_op_begin blocks while the rank is paused.
+  void on_op_begin(const OpEvent& event) override;
+
+ private:
+  // Why the op must stop, if it must; sets breakpoint_id and counts the hit. Lock held.
+  std::optional<StopReason> stop_reason(const Site& site, int& breakpoint_id);
+  Stop make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // any change of paused_, finished_, shut_down_, in_hook_
+  std::vector<BreakpointEntry> breakpoints_;
+  int next_breakpoint_id_ = 1;
+  bool stop_at_next_op_ = false;   // set by a step
+  bool pause_requested_ = false;   // set by request_pause (and by StartMode::stop_at_first_op)
+  bool first_op_pending_ = false;  // StartMode::stop_at_first_op, until the first op
+  bool paused_ = false;
+  bool finished_ = false;
+  bool shut_down_ = false;
+  int in_hook_ = 0;  // rank threads inside on_op_begin, so the destructor can wait for them
+  std::optional<Stop> current_;
+  std::uint64_t op_count_ = 0;
+  std::uint64_t stop_count_ = 0;
+};
+
+// Marks the run of a rank thread: mark_running() on entry and mark_finished() on exit, also when
+// the run throws, so a controller waiting for a stop is woken instead of hanging.
+class DebugRunGuard {
+ public:
+  explicit DebugRunGuard(Debugger& debugger) : debugger_(debugger) { debugger.mark_running(); }
+  ~DebugRunGuard() { debugger_.mark_finished(); }
+  DebugRunGuard(const DebugRunGuard&) = delete;
+  DebugRunGuard& operator=(const DebugRunGuard&) = delete;
+
+ private:
+  Debugger& debugger_;
+};
+
+}  // namespace shardscope
