@@ -51,12 +51,13 @@ void Context::push_scope(const std::string& name) {
 
 void Context::pop_scope() {
   if (scope_lengths_.empty()) return;
-  scope_.resize(scope_lengths_.back());
+  scope_.resize(std::min(scope_.size(), scope_lengths_.back()));
   scope_lengths_.pop_back();
 }
 
 std::string Context::exchange_scope(std::string scope) {
-  scope_lengths_.clear();
+  // The guards' stack stays: once the caller puts the previous path back (the engine does after
+  // backward), the enclosing ScopeGuards pop exactly what they pushed.
   std::swap(scope_, scope);
   return scope;
 }

@@ -47,7 +47,7 @@ class Context {
   void push_scope(const std::string& name);
   void pop_scope();
   // Replaces the whole scope path (the engine runs each backward node in its forward scope) and
-  // returns the previous one.
+  // returns the previous one; put it back before an enclosing ScopeGuard ends.
   std::string exchange_scope(std::string scope);
   const std::string& current_op() const { return current_op_; }
   void set_current_op(std::string op) { current_op_ = std::move(op); }

@@ -78,7 +78,11 @@ Tensor seed_gradient(const Tensor& root, const Tensor& grad) {
     }
     return Tensor::full(root.ctx(), root.shape(), 1.0, root.dtype());
   }
-  if (grad.shape() != root.shape() || grad.dtype() != root.dtype()) {
+  if (grad.dtype() != root.dtype()) {
+    throw DTypeError("backward: the gradient must match the output " + root.describe() +
+                     ", given " + grad.describe());
+  }
+  if (grad.shape() != root.shape()) {
     throw ShapeError("backward: the gradient must match the output " + root.describe() +
                      ", given " + grad.describe());
   }

@@ -1,0 +1,172 @@
+// Bad input: each op throws a typed exception whose message names the op, where it ran and the
+// shapes or dtypes it was given.
+#include "tests/autograd/autograd_testing.h"
+
+namespace shardscope {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::message_of;
+
+class Errors : public ::testing::Test {
+ protected:
+  Tensor f64(const Shape& s) { return Tensor::zeros(ctx, s, DType::f64); }
+  Tensor f32(const Shape& s) { return Tensor::zeros(ctx, s, DType::f32); }
+  Context ctx;
+};
+
+TEST_F(Errors, MatmulInnerDims) {
+  const std::string msg = message_of<ShapeError>([&] { matmul(f64({2, 3}), f64({4, 5})); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("op 'matmul'"), HasSubstr("inner dims differ"),
+                         HasSubstr("[2, 3] has k = 3"), HasSubstr("[4, 5] has k = 4")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                matmul(f64({2, 3}), f64({2, 4}), true);
+              }),
+              HasSubstr("(transposed) has k = 4"));
+}
+
+TEST_F(Errors, MatmulBatchAndRank) {
+  EXPECT_THAT(
+      message_of<ShapeError>([&] {
+        matmul(f64({2, 3, 4}), f64({3, 4, 5}));
+      }),
+      AllOf(HasSubstr("same leading dims"), HasSubstr("[2, 3, 4]"), HasSubstr("[3, 4, 5]")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                matmul(f64({3}), f64({3, 4}));
+              }),
+              AllOf(HasSubstr("rank >= 2"), HasSubstr("[3]")));
+}
+
+TEST_F(Errors, AddAndMulNeedASuffixBias) {
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                add(f64({2, 3, 4}), f64({3}));
+              }),
+              AllOf(HasSubstr("op 'add'"), HasSubstr("f64[3]"), HasSubstr("[2, 3, 4]"),
+                    HasSubstr("suffix")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                mul(f64({2, 3, 4}), f64({2, 3}));
+              }),
+              AllOf(HasSubstr("op 'mul'"), HasSubstr("f64[2, 3]"), HasSubstr("[2, 3, 4]")));
+  // A bias with more dims than the input is not a suffix either.
+  EXPECT_THROW(add(f64({4}), f64({2, 4})), ShapeError);
+}
+
+TEST_F(Errors, LayerNormWeightShape) {
+  const std::string msg = message_of<ShapeError>([&] {
+    layernorm(f64({2, 4}), f64({3}), f64({4}));
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr("op 'layernorm'"), HasSubstr("must be [4]"), HasSubstr("f64[3]"),
+                         HasSubstr("[2, 4]")));
+  EXPECT_THROW(layernorm(f64({2, 4}), f64({4}), f64({4}), 0.0), ArgumentError);
+}
+
+TEST_F(Errors, ConcatSplitChunkReshapePermute) {
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                concat({f64({2, 3}), f64({2, 4})}, 0);
+              }),
+              AllOf(HasSubstr("op 'concat'"), HasSubstr("f64[2, 3]"), HasSubstr("f64[2, 4]"),
+                    HasSubstr("outside dim 0")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                split(f64({2, 5}), 1, {2, 2});
+              }),
+              AllOf(HasSubstr("op 'split'"), HasSubstr("add up to 4"), HasSubstr("is 5")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                chunk(f64({2, 5}), 1, 2);
+              }),
+              AllOf(HasSubstr("chunk"), HasSubstr("size 5"), HasSubstr("2 equal chunks")));
+  EXPECT_THAT(
+      message_of<ShapeError>([&] {
+        reshape(f64({2, 3}), {4, 2});
+      }),
+      AllOf(HasSubstr("op 'reshape'"), HasSubstr("cannot reshape [2, 3]"), HasSubstr("[4, 2]")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                permute(f64({2, 3}), {0, 0});
+              }),
+              AllOf(HasSubstr("op 'permute'"), HasSubstr("(0, 0) is not a permutation")));
+}
+
+TEST_F(Errors, SoftmaxAndLosses) {
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                softmax(f64({2, 5, 3}), true);
+              }),
+              AllOf(HasSubstr("op 'softmax'"), HasSubstr("s_k >= s_q"), HasSubstr("[2, 5, 3]")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                mse_loss(f64({2, 3}), f64({3, 2}));
+              }),
+              AllOf(HasSubstr("op 'mse_loss'"), HasSubstr("f64[2, 3]"), HasSubstr("f64[3, 2]")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                cross_entropy(f64({3, 4}), {0, 1});
+              }),
+              AllOf(HasSubstr("op 'cross_entropy'"), HasSubstr("N = 2"), HasSubstr("[3, 4]")));
+  EXPECT_THAT(message_of<ArgumentError>([&] {
+                cross_entropy(f64({2, 4}), {0, 7});
+              }),
+              AllOf(HasSubstr("target 1 is 7"), HasSubstr("[0, 4)")));
+}
+
+TEST_F(Errors, DTypeMismatches) {
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                add(f32({2, 3}), f64({2, 3}));
+              }),
+              AllOf(HasSubstr("op 'add'"), HasSubstr("f32[2, 3]"), HasSubstr("f64[2, 3]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                matmul(f64({2, 3}), f32({3, 4}));
+              }),
+              AllOf(HasSubstr("op 'matmul'"), HasSubstr("f64[2, 3]"), HasSubstr("f32[3, 4]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                layernorm(f32({2, 4}), f64({4}), f32({4}));
+              }),
+              AllOf(HasSubstr("op 'layernorm'"), HasSubstr("f64[4]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                concat({f32({2}), f64({2})}, 0);
+              }),
+              HasSubstr("op 'concat'"));
+  const Tensor mask = Tensor::zeros(ctx, {2}, DType::u8);
+  EXPECT_THAT(message_of<DTypeError>([&] { gelu(mask); }),
+              AllOf(HasSubstr("op 'gelu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
+}
+
+TEST_F(Errors, MessagesSayWhereTheOpRan) {
+  Context rank2(2);
+  ScopeGuard scope(rank2, "attn");
+  LayerGuard layer(rank2, 3);
+  const Tensor a = Tensor::zeros(rank2, {2, 3}, DType::f64);
+  EXPECT_THAT(message_of<ShapeError>([&] { matmul(a, a); }),
+              HasSubstr("op 'matmul' in attn (layer 3, forward, rank 2)"));
+  EXPECT_THAT(message_of<ArgumentError>([&] {
+                add(a, f64({2, 3}));
+              }),
+              HasSubstr("different contexts"));
+}
+
+TEST_F(Errors, BackwardFromANonScalarNeedsAGradient) {
+  Tensor x = f64({2, 3});
+  x.set_requires_grad(true);
+  const Tensor y = scale(x, 2.0);
+  EXPECT_THAT(message_of<StateError>([&] { y.backward(); }),
+              AllOf(HasSubstr("one-element"), HasSubstr("f64[2, 3]"), HasSubstr("op 'scale'")));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                y.backward(f64({3, 2}));
+              }),
+              AllOf(HasSubstr("must match the output"), HasSubstr("f64[3, 2]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                y.backward(f32({2, 3}));
+              }),
+              AllOf(HasSubstr("must match the output f64[2, 3]"), HasSubstr("f32[2, 3]")));
+  EXPECT_THAT(message_of<StateError>([&] { sum(f64({2})).backward(); }),
+              HasSubstr("does not require grad"));
+}
+
+TEST_F(Errors, BackwardTwice) {
+  Tensor x = f64({2, 3});
+  x.set_requires_grad(true);
+  const Tensor loss = mean(gelu(x));
+  loss.backward();
+  EXPECT_THAT(
+      message_of<StateError>([&] { loss.backward(); }),
+      AllOf(HasSubstr("op 'mean'"), HasSubstr("backward through this graph a second time")));
+}
+
+}  // namespace
+}  // namespace shardscope

@@ -1,0 +1,212 @@
+// Forward values of the ops against reference loops written in the tests, and the f32 kernels
+// against the f64 ones.
+#include <cmath>
+#include <numeric>
+
+#include "tests/autograd/autograd_testing.h"
+
+namespace shardscope {
+namespace {
+
+using testing::const64;
+using testing::kF32Tol;
+using testing::kF64Tol;
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+class OpsForward : public ::testing::Test {
+ protected:
+  Context ctx;
+};
+
+TEST_F(OpsForward, CausalSoftmaxZeroesFutureKeysAndNormalisesTheRest) {
+  const std::int64_t sq = 3, sk = 5;
+  const Tensor x = const64(ctx, {2, sq, sk}, 1, 3.0);
+  const std::vector<double> in = x.to_vector(), y = softmax(x, true).to_vector();
+  for (std::int64_t row = 0; row < 2 * sq; ++row) {
+    const std::int64_t i = row % sq, visible = i + (sk - sq) + 1;  // queries end-aligned
+    double total = 0.0;
+    for (std::int64_t j = 0; j < visible; ++j) total += std::exp(in[row * sk + j]);
+    for (std::int64_t j = 0; j < sk; ++j) {
+      const double want = j < visible ? std::exp(in[row * sk + j]) / total : 0.0;
+      if (j >= visible) {
+        EXPECT_EQ(y[row * sk + j], 0.0) << "row " << row << " key " << j;
+      } else {
+        EXPECT_NEAR(y[row * sk + j], want, kF64Tol) << "row " << row << " key " << j;
+      }
+    }
+  }
+}
+
+TEST_F(OpsForward, SoftmaxIsStableForLargeScores) {
+  const Tensor x = Tensor::from_vector(ctx, {1, 3}, {1000.0, 1001.0, 999.0}, DType::f64);
+  const double e0 = std::exp(-1.0), e2 = std::exp(-2.0), z = e0 + 1.0 + e2;
+  expect_near_all(softmax(x).to_vector(), {e0 / z, 1.0 / z, e2 / z}, kF64Tol);
+}
+
+TEST_F(OpsForward, LayerNormMatchesReferenceAndNormalisesRows) {
+  const std::int64_t h = 8;
+  const Tensor x = const64(ctx, {3, 2, h}, 2, 2.0);
+  const Tensor gamma = const64(ctx, {h}, 3), beta = const64(ctx, {h}, 4);
+  const double eps = 1e-5;
+  const std::vector<double> in = x.to_vector(), g = gamma.to_vector(), b = beta.to_vector();
+  const std::vector<double> y = layernorm(x, gamma, beta, eps).to_vector();
+  const Tensor ones = Tensor::full(ctx, {h}, 1.0, DType::f64);
+  const Tensor zeros = Tensor::zeros(ctx, {h}, DType::f64);
+  const std::vector<double> plain = layernorm(x, ones, zeros, eps).to_vector();
+  for (std::int64_t r = 0; r < 6; ++r) {
+    const auto row = in.begin() + r * h;
+    const double mu = std::accumulate(row, row + h, 0.0) / h;
+    double var = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) var += (row[j] - mu) * (row[j] - mu) / h;
+    double out_mean = 0.0, out_var = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) {
+      const double xhat = (row[j] - mu) / std::sqrt(var + eps);
+      EXPECT_NEAR(y[r * h + j], xhat * g[j] + b[j], kF64Tol);
+      out_mean += plain[r * h + j] / h;
+      out_var += plain[r * h + j] * plain[r * h + j] / h;
+    }
+    EXPECT_NEAR(out_mean, 0.0, kF64Tol);
+    EXPECT_NEAR(out_var, var / (var + eps), kF64Tol);  // 1, shrunk by eps in the denominator
+    EXPECT_NEAR(out_var, 1.0, 1e-5 / var + kF64Tol);
+  }
+}
+
+TEST_F(OpsForward, GeluKnownValues) {
+  const double pi = std::acos(-1.0);
+  const auto tanh_gelu = [pi](double v) {
+    return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+  };
+  const Tensor x = Tensor::from_vector(ctx, {3}, {0.0, 1.0, -1.0}, DType::f64);
+  const std::vector<double> y = gelu(x).to_vector();
+  EXPECT_EQ(y[0], 0.0);
+  EXPECT_NEAR(y[1], tanh_gelu(1.0), kF64Tol);
+  EXPECT_NEAR(y[2], tanh_gelu(-1.0), kF64Tol);
+  // PyTorch's gelu(approximate='tanh') prints these to 7 digits.
+  EXPECT_NEAR(y[1], 0.8411920, 1e-7);
+  EXPECT_NEAR(y[2], -0.1588080, 1e-7);
+}
+
+TEST_F(OpsForward, CrossEntropyIsMeanNegativeLogSoftmax) {
+  const std::int64_t n = 4, c = 5;
+  const Tensor logits = const64(ctx, {n, c}, 5, 3.0);
+  const std::vector<std::int64_t> targets{1, 4, 0, 1};
+  const std::vector<double> z = logits.to_vector();
+  double want = 0.0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    double total = 0.0;
+    for (std::int64_t j = 0; j < c; ++j) total += std::exp(z[r * c + j]);
+    want -= (z[r * c + targets[r]] - std::log(total)) / n;
+  }
+  EXPECT_NEAR(cross_entropy(logits, targets).item(), want, kF64Tol);
+}
+
+TEST_F(OpsForward, MseAndReductions) {
+  const Tensor p = const64(ctx, {3, 4}, 6), t = const64(ctx, {3, 4}, 7);
+  const std::vector<double> pv = p.to_vector(), tv = t.to_vector();
+  double sq = 0.0, total = 0.0;
+  for (std::size_t i = 0; i < pv.size(); ++i)
+    sq += (pv[i] - tv[i]) * (pv[i] - tv[i]), total += pv[i];
+  EXPECT_NEAR(mse_loss(p, t).item(), sq / 12, kF64Tol);
+  EXPECT_NEAR(sum(p).item(), total, kF64Tol);
+  EXPECT_NEAR(mean(p).item(), total / 12, kF64Tol);
+  EXPECT_EQ(sum(p).rank(), 0);
+}
+
+TEST_F(OpsForward, MatmulMatchesLoops) {
+  // a [2, 3, 4] times: a shared w [4, 5], a batched b [2, 4, 5], and k [2, 5, 4] transposed.
+  const Tensor a = const64(ctx, {2, 3, 4}, 8), w = const64(ctx, {4, 5}, 9);
+  const Tensor b = const64(ctx, {2, 4, 5}, 10), k = const64(ctx, {2, 5, 4}, 11);
+  const std::vector<double> av = a.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+  const std::vector<double> kv = k.to_vector();
+  std::vector<double> shared(30), batched(30), transposed(30);
+  for (int e = 0; e < 2; ++e) {
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 5; ++j) {
+        const int o = (e * 3 + i) * 5 + j;
+        for (int p = 0; p < 4; ++p) {
+          const double x = av[(e * 3 + i) * 4 + p];
+          shared[o] += x * wv[p * 5 + j];
+          batched[o] += x * bv[(e * 4 + p) * 5 + j];
+          transposed[o] += x * kv[(e * 5 + j) * 4 + p];
+        }
+      }
+    }
+  }
+  expect_near_all(matmul(a, w).to_vector(), shared, kF64Tol);
+  expect_near_all(matmul(a, b).to_vector(), batched, kF64Tol);
+  expect_near_all(matmul(a, k, true).to_vector(), transposed, kF64Tol);
+  EXPECT_EQ(matmul(a, w).shape(), Shape({2, 3, 5}));
+}
+
+TEST_F(OpsForward, BroadcastAddAndMulRepeatOverLeadingDims) {
+  const Tensor a = const64(ctx, {2, 3, 4}, 12), bias = const64(ctx, {4}, 13);
+  const std::vector<double> av = a.to_vector(), bv = bias.to_vector();
+  std::vector<double> sum_want(24), prod_want(24);
+  for (std::size_t i = 0; i < 24; ++i) {
+    sum_want[i] = av[i] + bv[i % 4];
+    prod_want[i] = av[i] * bv[i % 4];
+  }
+  expect_near_all(add(a, bias).to_vector(), sum_want, kF64Tol);
+  expect_near_all(mul(a, bias).to_vector(), prod_want, kF64Tol);
+  expect_near_all(scale(bias, -3.0).to_vector(), {-3 * bv[0], -3 * bv[1], -3 * bv[2], -3 * bv[3]},
+                  kF64Tol);
+}
+
+TEST_F(OpsForward, PermuteAndTransposeMoveElements) {
+  const Tensor x = const64(ctx, {2, 3, 4}, 14);
+  const std::vector<double> xv = x.to_vector();
+  const Tensor y = permute(x, {2, 0, 1});  // y[k][i][j] = x[i][j][k]
+  ASSERT_EQ(y.shape(), Shape({4, 2, 3}));
+  const std::vector<double> yv = y.to_vector(), tv = transpose(x, 0, 1).to_vector();
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 4; ++k) {
+        EXPECT_EQ(yv[(k * 2 + i) * 3 + j], xv[(i * 3 + j) * 4 + k]);
+        EXPECT_EQ(tv[(j * 2 + i) * 4 + k], xv[(i * 3 + j) * 4 + k]);
+      }
+    }
+  }
+}
+
+TEST_F(OpsForward, ReshapeIsAViewAndSplitConcatRoundTrip) {
+  const Tensor x = const64(ctx, {2, 6, 3}, 15);
+  const Tensor r = reshape(x, {-1, 3});
+  EXPECT_EQ(r.shape(), Shape({12, 3}));
+  EXPECT_EQ(r.raw_data(), x.raw_data());
+  const std::vector<Tensor> parts = split(x, 1, {1, 2, 3});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2].shape(), Shape({2, 3, 3}));
+  const std::vector<double> xv = x.to_vector(), p1 = parts[1].to_vector();
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(p1[(i * 2 + j) * 3 + k], xv[(i * 6 + 1 + j) * 3 + k]);
+    }
+  }
+  EXPECT_EQ(concat(parts, 1).to_vector(), xv);
+  EXPECT_EQ(concat(chunk(x, -1, 3), -1).to_vector(), xv);
+}
+
+TEST_F(OpsForward, SinglePrecisionKernelsMatchDouble) {
+  const Tensor x64 = const64(ctx, {2, 3, 8}, 16), w64 = const64(ctx, {8, 8}, 17);
+  const Tensor g64 = const64(ctx, {8}, 18);
+  const auto as_f32 = [&](const Tensor& t) {
+    return Tensor::from_vector(ctx, t.shape(), t.to_vector(), DType::f32);
+  };
+  const Tensor x32 = as_f32(x64), w32 = as_f32(w64), g32 = as_f32(g64);
+  const auto chain = [](const Tensor& x, const Tensor& w, const Tensor& g) {
+    const Tensor h = gelu(add(matmul(x, w), g));
+    return softmax(layernorm(h, g, g), true);
+  };
+  expect_near_all(chain(x32, w32, g32).to_vector(), chain(x64, w64, g64).to_vector(), kF32Tol);
+  const Tensor l64 = reshape(x64, {6, 8}), l32 = reshape(x32, {6, 8});
+  EXPECT_NEAR(cross_entropy(l32, {0, 7, 3, 1, 2, 5}).item(),
+              cross_entropy(l64, {0, 7, 3, 1, 2, 5}).item(), kF32Tol);
+  EXPECT_EQ(chain(x32, w32, g32).dtype(), DType::f32);
+}
+
+}  // namespace
+}  // namespace shardscope
