@@ -49,6 +49,11 @@ SaveEvent Node::save_event(const Tensor& t, SaveRole role, Phase phase) const {
 
 void Node::save(const Tensor& t, SaveRole role) {
   if (released_) throw StateError(where() + ": save() after its saved tensors were released");
+  if (!t.defined()) {  // a placeholder: backward will not need this slot
+    saved_.emplace_back();
+    roles_.push_back(role);
+    return;
+  }
   Tensor kept = t.detach();  // no grad_fn: a node never keeps its own output's history alive
   if (ctx_.observed()) {
     const SaveEvent e = save_event(kept, role, Phase::forward);
@@ -72,6 +77,7 @@ void Node::release_saved() {
   released_ = true;
   if (ctx_.observed()) {
     for (std::size_t i = 0; i < saved_.size(); ++i) {
+      if (!saved_[i].defined()) continue;
       const SaveEvent e = save_event(saved_[i], roles_[i], Phase::backward);
       ctx_.notify([&](Observer& o) { o.on_release(e); });
     }

@@ -44,7 +44,8 @@ class Node {
   std::string where() const;
   Site site(Phase phase) const;
 
-  // Keeps `t` alive for backward and reports it; parameters are kept but not counted.
+  // Keeps `t` alive for backward and reports it; parameters are kept but not counted. An
+  // undefined `t` holds the slot of a tensor this backward will not need (no bytes kept).
   void save(const Tensor& t, SaveRole role = SaveRole::activation);
   // The i-th saved tensor; throws StateError once backward has released it.
   const Tensor& saved(std::size_t i) const;

@@ -13,12 +13,12 @@ namespace shardscope {
 
 // a [..., m, k] x b [k, n] (b shared, e.g. a weight) or a [B..., m, k] x b [B..., k, n] (batched).
 // transpose_b reads b as [.., n, k] and multiplies by its transpose (Q K^T).
-// Saves a and b (a parameter b is kept but not counted as an activation).
+// Saves a when b takes a gradient and b when a does (a parameter is kept but not counted).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false);
 
 // a + b, where b has a's shape or a suffix of it (a bias [h] on [s, b, h]). Saves nothing.
 Tensor add(const Tensor& a, const Tensor& b);
-// a * b elementwise, same shapes or b a suffix. Saves both.
+// a * b elementwise, same shapes or b a suffix. Saves each operand the other's gradient needs.
 Tensor mul(const Tensor& a, const Tensor& b);
 // alpha * x. Saves nothing.
 Tensor scale(const Tensor& x, double alpha);

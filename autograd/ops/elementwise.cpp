@@ -60,7 +60,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     Node& node = r.record([](Node& n, const std::vector<Tensor>& g) {
       const Tensor& sa = n.saved(0);
       const Tensor& sb = n.saved(1);
-      Backend& be = sa.ctx().backend();
+      Backend& be = g[0].ctx().backend();
       Tensor da, db;
       if (n.needs_input_grad(0)) {
         da = new_like(g[0]);
@@ -69,12 +69,13 @@ Tensor mul(const Tensor& a, const Tensor& b) {
       if (n.needs_input_grad(1)) {
         Tensor full = new_like(g[0]);
         be.mul(g[0], sa, full);
-        db = reduce_to(full, sb.shape());
+        db = reduce_to(full, n.input_shapes[1]);
       }
       return std::vector<Tensor>{da, db};
     });
-    node.save(a);
-    node.save(b);
+    // dA needs b and dB needs a: keep each only when the other operand takes a gradient.
+    node.save(node.needs_input_grad(1) ? a : Tensor());
+    node.save(node.needs_input_grad(0) ? b : Tensor());
   }
   return r.finish(y);
 }

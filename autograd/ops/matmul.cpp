@@ -68,11 +68,11 @@ std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads
   Tensor da, db;
   if (node.needs_input_grad(0)) {
     // dA = dC op(B)^T: [m, n] x [n, k]
-    da = ops_detail::new_like(a);
+    da = ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
     run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b);
   }
   if (node.needs_input_grad(1)) {
-    db = ops_detail::new_like(b);
+    db = ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
     if (!transpose_b) {
       // dB = A^T dC: [k, m] x [m, n]; a shared B sums over every row of the batch.
       run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false);
@@ -98,8 +98,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
     Node& node = r.record([p, transpose_b](Node& n, const std::vector<Tensor>& g) {
       return matmul_backward(n, g, p, transpose_b);
     });
-    node.save(a);
-    node.save(b);
+    // dA needs b and dB needs a: keep each only when the other operand takes a gradient.
+    node.save(node.needs_input_grad(1) ? a : Tensor());
+    node.save(node.needs_input_grad(0) ? b : Tensor());
   }
   return r.finish(c);
 }

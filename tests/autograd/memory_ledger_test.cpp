@@ -1,0 +1,134 @@
+// MemoryLedger: live and peak bytes per category, saved bytes counted once per storage and never
+// for parameters, extras kept apart, and what each op keeps for backward.
+#include <gtest/gtest.h>
+
+#include "autograd/memory_ledger.h"
+#include "autograd/ops.h"
+
+namespace shardscope {
+namespace {
+
+std::size_t f32_bytes(std::int64_t n) {
+  return static_cast<std::size_t>(n) * 4;
+}
+
+TEST(MemoryLedger, ParametersGradientsAndActivationsByCategory) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor w = Tensor::parameter(Tensor::randn(ctx, {4, 8}, 1), "w");
+  EXPECT_EQ(ledger.live(MemoryCategory::parameter), f32_bytes(32));
+  {
+    Tensor x = Tensor::randn(ctx, {3, 4}, 2);
+    EXPECT_EQ(ledger.live(MemoryCategory::activation), f32_bytes(12));
+    Tensor y = gelu(matmul(x, w));  // matmul saves x (w needs grad), not w; gelu saves its input
+    EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(12) + f32_bytes(24));
+    EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), f32_bytes(36));
+    sum(y).backward();
+    EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+    EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), 0u);
+    EXPECT_EQ(ledger.live(MemoryCategory::gradient), f32_bytes(32));
+  }
+  w.zero_grad();
+  EXPECT_EQ(ledger.live(MemoryCategory::gradient), 0u);
+  EXPECT_EQ(ledger.live(MemoryCategory::activation), 0u);
+  EXPECT_EQ(ledger.live(MemoryCategory::workspace), 0u);
+  EXPECT_EQ(ledger.live_total(), f32_bytes(32));
+  EXPECT_GE(ledger.peak_total(), f32_bytes(32 + 12 + 24 + 32));
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.peak_total(), ledger.live_total());
+}
+
+TEST(MemoryLedger, AStorageSavedTwiceOrThroughAViewCountsOnce) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {2, 6}, 3).set_requires_grad(true);
+  Tensor a = gelu(x);
+  Tensor b = gelu(x);                   // x saved a second time
+  Tensor c = gelu(reshape(x, {3, 4}));  // a view of x's storage, saved a third time
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(12));
+  const auto sites = ledger.saved_by_site();
+  ASSERT_EQ(sites.size(), 1u);  // all under the first saver
+  EXPECT_EQ(sites[0].op, "gelu");
+  EXPECT_EQ(sites[0].bytes, f32_bytes(12));
+  sum(a).backward();  // one of three saves released: still saved
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(12));
+  sum(b).backward();
+  sum(c).backward();
+  EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+}
+
+TEST(MemoryLedger, MatmulKeepsOnlyTheOperandTheOtherGradientNeeds) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {5, 4}, 4).set_requires_grad(true);
+  Tensor constant = Tensor::randn(ctx, {4, 3}, 5);  // no grad
+  Tensor y = matmul(x, constant);                   // dx needs the constant, nobody needs x
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(12));
+  sum(y).backward();
+  EXPECT_TRUE(x.grad().defined());
+}
+
+TEST(MemoryLedger, LayerNormStatisticsAreExtrasAndGammaIsNotCounted) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor gamma = Tensor::parameter(Tensor::full(ctx, {8}, 1.0), "ln.weight");
+  Tensor beta = Tensor::parameter(Tensor::zeros(ctx, {8}), "ln.bias");
+  Tensor x = Tensor::randn(ctx, {3, 5, 8}, 6);
+  Tensor y;
+  {
+    LayerGuard layer(ctx, 2);
+    ScopeGuard scope(ctx, "ln1");
+    y = layernorm(x, gamma, beta);
+  }
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(120));
+  EXPECT_EQ(ledger.saved_activation_bytes(2), f32_bytes(120));
+  EXPECT_EQ(ledger.saved_activation_bytes(0), 0u);
+  EXPECT_EQ(ledger.extras_bytes(), f32_bytes(2 * 15));  // mean and rstd per row
+  EXPECT_EQ(ledger.live(MemoryCategory::saved_extra), f32_bytes(30));
+  const auto sites = ledger.saved_by_site(2);
+  ASSERT_EQ(sites.size(), 2u);
+  EXPECT_EQ(sites[0].scope, "ln1");
+  EXPECT_EQ(sites[0].role, SaveRole::activation);
+  EXPECT_EQ(sites[1].role, SaveRole::extra);
+  EXPECT_EQ(sites[1].layer, 2);
+}
+
+TEST(MemoryLedger, TensorsFromBeforeAttachingCountOnlyWhileSaved) {
+  Context ctx;
+  Tensor x = Tensor::randn(ctx, {4, 4}, 7).set_requires_grad(true);
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor y = gelu(x);
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(16));
+  EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), f32_bytes(16));
+  sum(y).backward();
+  EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), 0u);
+  EXPECT_EQ(ledger.live(MemoryCategory::activation), f32_bytes(16));  // y itself
+}
+
+TEST(MemoryLedger, AllocationsAreAttributedToTheOpAndScope) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {2, 3}, 8);
+  {
+    ScopeGuard scope(ctx, "mlp");
+    Tensor y = gelu(x);
+  }
+  bool found = false;
+  for (const auto& a : ledger.allocations_by_op()) {
+    if (a.scope == "mlp" && a.op == "gelu") {
+      found = true;
+      EXPECT_EQ(a.bytes, f32_bytes(6));
+      EXPECT_EQ(a.count, 1u);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace shardscope
