@@ -37,10 +37,7 @@ DType parse_dtype(const std::string& name) {
   throw ArgumentError("--dtype " + name + " is not supported: expected f32 or f64");
 }
 
-int run_subcommand(RunOptions& o, const std::string& mode, const std::string& dtype,
-                   std::ostream& out) {
-  o.layer.mode = parse_mode(mode);
-  o.layer.dtype = parse_dtype(dtype);
+int run_subcommand(const RunOptions& o, std::ostream& out) {
   const RunResult result = run_layer(o, out);
   if (!o.report_path.empty()) {
     write_report(o.report_path, report_json(o, result));
@@ -55,12 +52,6 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   CLI::App app{"shardscope: tensor parallelism you can step through and check"};
   app.require_subcommand(1);
   RunOptions options;
-  options.layer.seq = 64;
-  options.layer.batch = 2;
-  options.layer.hidden = 128;
-  options.layer.heads = 4;
-  options.steps = 5;
-  options.learning_rate = 0.1;
   std::string mode = "single", dtype = "f32";
   CLI::App* run = app.add_subcommand("run",
                                      "train the Transformer layer for a few SGD steps "
@@ -74,11 +65,21 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
         << "--help)\n";
     return 2;
   }
-  try {
-    if (run->parsed()) return run_subcommand(options, mode, dtype, out);
+  try {  // flag values and their rules: exit 2
+    options.layer.mode = parse_mode(mode);
+    options.layer.dtype = parse_dtype(dtype);
+    options.validate();
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
     return 2;
+  }
+  try {  // the run itself: exit 1
+    if (run->parsed()) return run_subcommand(options, out);
+  } catch (const std::bad_alloc&) {
+    err << "shardscope: error: out of memory for s=" << options.layer.seq
+        << " b=" << options.layer.batch << " h=" << options.layer.hidden
+        << " a=" << options.layer.heads << " (try smaller --seq, --batch or --hidden)\n";
+    return 1;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";
     return 1;

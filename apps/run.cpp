@@ -2,10 +2,12 @@
 #include "apps/run.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 
 #include "autograd/errors.h"
+#include "autograd/kernels/philox.h"
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
@@ -53,24 +55,32 @@ void print_header(const RunOptions& o, std::ostream& out) {
 
 }  // namespace
 
-RunResult run_layer(const RunOptions& options, std::ostream& out) {
-  const LayerConfig& c = options.layer;
-  c.validate();
-  if (c.mode != ParallelMode::single) {
-    throw ArgumentError(std::string("--mode ") + mode_name(c.mode) +
+void RunOptions::validate() const {
+  layer.validate();
+  if (layer.mode != ParallelMode::single) {
+    throw ArgumentError(std::string("--mode ") + mode_name(layer.mode) +
                         " is not built yet: this version runs --mode single only");
   }
-  if (options.steps < 1) {
-    throw ArgumentError("--steps must be >= 1, given " + std::to_string(options.steps));
+  if (steps < 1) throw ArgumentError("--steps must be >= 1, given " + std::to_string(steps));
+  if (!(std::isfinite(learning_rate) && learning_rate > 0)) {
+    throw ArgumentError("--lr must be a finite number > 0, given " + std::to_string(learning_rate));
   }
+}
+
+RunResult run_layer(const RunOptions& options, std::ostream& out) {
+  const LayerConfig& c = options.layer;
+  options.validate();
   print_header(options, out);
   Context ctx;
   MemoryLedger ledger;
   ObserverGuard attach(ctx, ledger);
   TransformerLayer layer(c, make_layer_weights(ctx, c));
   const Shape shape{c.seq, c.batch, c.hidden};
-  Tensor x = Tensor::randn(ctx, shape, c.seed * 7919 + 1, 1.0, c.dtype).set_name("input");
-  Tensor target = Tensor::randn(ctx, shape, c.seed * 7919 + 2, 1.0, c.dtype).set_name("target");
+  Tensor x = Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedInput), 1.0, c.dtype);
+  Tensor target =
+      Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedTarget), 1.0, c.dtype);
+  x.set_name("input");
+  target.set_name("target");
   RunResult result;
   out << "step        loss     time_ms\n";
   for (int step = 0; step < options.steps; ++step) {

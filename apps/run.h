@@ -10,11 +10,22 @@
 
 namespace shardscope {
 
+// The defaults are the command line's (docs/user-guide.md).
 struct RunOptions {
+  RunOptions() {
+    layer.seq = 64;
+    layer.batch = 2;
+    layer.hidden = 128;
+    layer.heads = 4;
+  }
   LayerConfig layer;
-  int steps = 3;
-  double learning_rate = 0.01;
+  int steps = 5;
+  double learning_rate = 0.1;
   std::string report_path;  // empty: no JSON report
+
+  // Throws ArgumentError naming the flag: the layer's rules, --steps >= 1, a finite --lr > 0,
+  // and the modes this version runs.
+  void validate() const;
 };
 
 struct StepRecord {

@@ -73,13 +73,17 @@ Site Context::site() const {
   return s;
 }
 
-std::string Context::where(std::string_view op) const {
+std::string format_where(std::string_view op, std::string_view scope, int layer, Phase phase,
+                         int rank) {
   std::string out = "op '" + std::string(op) + "'";
-  if (!scope_.empty()) out += " in " + scope_;
+  if (!scope.empty()) out += " in " + std::string(scope);
   out += " (";
-  if (layer_ >= 0) out += "layer " + std::to_string(layer_) + ", ";
-  out += std::string(phase_name(phase_)) + ", rank " + std::to_string(rank_) + ")";
-  return out;
+  if (layer >= 0) out += "layer " + std::to_string(layer) + ", ";
+  return out + phase_name(phase) + ", rank " + std::to_string(rank) + ")";
+}
+
+std::string Context::where(std::string_view op) const {
+  return format_where(op, scope_, layer_, phase_, rank_);
 }
 
 std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category) {

@@ -16,6 +16,11 @@ namespace shardscope {
 class Backend;
 class Storage;
 
+// "op 'matmul' in attn.qkv (layer 0, forward, rank 0)": where an error happened, one format for
+// forward ops (Context::where) and backward nodes (Node::where).
+std::string format_where(std::string_view op, std::string_view scope, int layer, Phase phase,
+                         int rank);
+
 class Context {
  public:
   explicit Context(int rank = 0, Device device = Device::cpu());

@@ -60,8 +60,7 @@ struct Stop {
   int layer = -1;
   std::int64_t step = 0;
   int rank = 0;
-  // The engine's op number: a backward node carries its forward op's number. A forward op has
-  // none yet when it stops (its node is created after the stop), so this is 0 there.
+  // The engine's op number (Context::next_seq): a forward op and its backward node share it.
   std::uint64_t seq = 0;
   // Forward: the op's input shapes (outputs are not computed yet, so `outputs` is empty).
   // Backward: the gradients flowing in (one per forward output) and out (one per forward input).

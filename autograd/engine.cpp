@@ -78,6 +78,11 @@ Tensor seed_gradient(const Tensor& root, const Tensor& grad) {
     }
     return Tensor::full(root.ctx(), root.shape(), 1.0, root.dtype());
   }
+  if (&grad.ctx() != &root.ctx()) {
+    throw ArgumentError("backward: the gradient " + grad.describe() + " belongs to rank " +
+                        std::to_string(grad.ctx().rank()) + "'s context, the output " +
+                        root.describe() + " to rank " + std::to_string(root.ctx().rank()) + "'s");
+  }
   if (grad.dtype() != root.dtype()) {
     throw DTypeError("backward: the gradient must match the output " + root.describe() +
                      ", given " + grad.describe());
@@ -119,6 +124,28 @@ OpEvent backward_event(const Node& n) {
   return e;
 }
 
+// Runs one node's backward on its summed gradients (zeros for outputs that got none) and
+// releases what it saved. A node that received no gradient at all is skipped: its inputs get
+// none either, and its saved tensors stay for a later backward that does reach it.
+std::vector<Tensor> run_node(Context& ctx, BackwardState& state, Node& n,
+                             std::vector<Tensor> grads) {
+  grads.resize(n.output_shapes.size());
+  bool any = false;
+  for (const Tensor& g : grads) any = any || g.defined();
+  if (!any) return std::vector<Tensor>(n.edges().size());
+  state.enter(n);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) grads[i] = Tensor::zeros(ctx, n.output_shapes[i], n.output_dtypes[i]);
+  }
+  const OpEvent event = backward_event(n);
+  if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });
+  std::vector<Tensor> input_grads = n.apply(grads);
+  grads.clear();
+  n.release_saved();
+  if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_end(event); });
+  return input_grads;
+}
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad) {
@@ -127,12 +154,13 @@ void run_backward(const Tensor& root, const Tensor& grad) {
                      ", which does not require grad: no recorded op leads to it from a tensor "
                      "that requires grad (or it was computed under NoGradGuard)");
   }
+  Context& ctx = root.ctx();
+  BackwardState state(ctx);
   Tensor seed = seed_gradient(root, grad);
   if (root.is_leaf()) {
     accumulate_into_leaf(*root.impl(), seed);
     return;
   }
-  Context& ctx = root.ctx();
   Node* root_node = root.grad_fn().get();
   std::unordered_map<Node*, int> deps = count_dependencies(root_node);
   std::unordered_map<Node*, std::vector<Tensor>> pending;
@@ -141,25 +169,12 @@ void run_backward(const Tensor& root, const Tensor& grad) {
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
   ready.push(root_node);
 
-  BackwardState state(ctx);
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
     std::vector<Tensor> grads = std::move(pending[n]);
     pending.erase(n);
-    grads.resize(n->output_shapes.size());
-    state.enter(*n);
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined())
-        grads[i] = Tensor::zeros(ctx, n->output_shapes[i], n->output_dtypes[i]);
-    }
-    const OpEvent event = backward_event(*n);
-    if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });
-    std::vector<Tensor> input_grads = n->apply(grads);
-    grads.clear();
-    n->release_saved();
-    if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_end(event); });
-
+    const std::vector<Tensor> input_grads = run_node(ctx, state, *n, std::move(grads));
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
       const Edge& e = n->edges()[i];
       const Tensor& g = input_grads[i];

@@ -1,5 +1,6 @@
 // The exception types of shardscope. Messages say what was expected, what was given and where
-// (op, scope, layer, rank); OpError::where builds the "where" part the same way everywhere.
+// (op, scope, layer, rank); Context::where (forward) and Node::where (backward) build the "where"
+// part: "op 'matmul' in attn.qkv (layer 0, forward, rank 0)".
 #pragma once
 
 #include <stdexcept>

@@ -10,12 +10,20 @@ std::size_t index_of(MemoryCategory c) {
   return static_cast<std::size_t>(c);
 }
 
+// Storage ids count per Context; the rank in the high bits keeps several ranks apart.
+std::uint64_t key_of(const Site& site, std::uint64_t storage_id) {
+  return (static_cast<std::uint64_t>(site.rank) << 48) ^ storage_id;
+}
+
+MemoryCategory saved_category(SaveRole role) {
+  return role == SaveRole::activation ? MemoryCategory::saved_activation
+                                      : MemoryCategory::saved_extra;
+}
+
 }  // namespace
 
 MemoryCategory MemoryLedger::effective(const Entry& e) const {
-  if (e.saves == 0) return e.base;
-  return e.role == SaveRole::activation ? MemoryCategory::saved_activation
-                                        : MemoryCategory::saved_extra;
+  return e.saves == 0 ? e.base : saved_category(e.role);
 }
 
 void MemoryLedger::add_live(MemoryCategory c, std::size_t bytes) {
@@ -27,6 +35,7 @@ void MemoryLedger::add_live(MemoryCategory c, std::size_t bytes) {
 }
 
 void MemoryLedger::sub_live(MemoryCategory c, std::size_t bytes) {
+  if (bytes > live_[index_of(c)] || bytes > live_total_) ++accounting_errors_;
   live_[index_of(c)] -= std::min(bytes, live_[index_of(c)]);
   live_total_ -= std::min(bytes, live_total_);
 }
@@ -37,7 +46,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   entry.bytes = e.bytes;
   entry.base = e.category;
   entry.counted = true;
-  entries_[e.storage_id] = entry;
+  entries_[key_of(e.site, e.storage_id)] = entry;
   add_live(e.category, e.bytes);
   const std::string key = std::string(e.site.scope) + "/" + std::string(e.site.op);
   auto [it, inserted] = op_index_.emplace(key, op_allocations_.size());
@@ -50,7 +59,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
 
 void MemoryLedger::on_free(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(e.storage_id);
+  auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end()) return;
   const Entry& entry = it->second;
   if (entry.counted || entry.saves > 0) sub_live(effective(entry), entry.bytes);
@@ -59,7 +68,7 @@ void MemoryLedger::on_free(const StorageEvent& e) {
 
 void MemoryLedger::on_recategorize(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(e.storage_id);
+  auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end()) return;
   Entry& entry = it->second;
   if (entry.counted && entry.saves == 0) {
@@ -84,7 +93,7 @@ std::size_t MemoryLedger::site_index(const SaveEvent& e) {
 void MemoryLedger::on_save(const SaveEvent& e) {
   if (e.storage_category == MemoryCategory::parameter) return;  // weights are not activations
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, inserted] = entries_.try_emplace(e.storage_id);
+  auto [it, inserted] = entries_.try_emplace(key_of(e.site, e.storage_id));
   Entry& entry = it->second;
   if (inserted) {  // allocated before the ledger was attached
     entry.bytes = e.bytes;
@@ -98,16 +107,14 @@ void MemoryLedger::on_save(const SaveEvent& e) {
 }
 
 void MemoryLedger::on_release(const SaveEvent& e) {
-  if (e.storage_category == MemoryCategory::parameter) return;
+  // Found by entry, not by the storage's category now: a tensor saved as an activation and made
+  // a parameter later is still released. Parameter saves never made an entry count (saves == 0).
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(e.storage_id);
+  auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end() || it->second.saves == 0) return;
   Entry& entry = it->second;
   if (--entry.saves > 0) return;
-  const MemoryCategory saved_as = entry.role == SaveRole::activation
-                                      ? MemoryCategory::saved_activation
-                                      : MemoryCategory::saved_extra;
-  sub_live(saved_as, entry.bytes);
+  sub_live(saved_category(entry.role), entry.bytes);
   if (entry.counted) {
     add_live(entry.base, entry.bytes);
   } else {
@@ -175,6 +182,11 @@ std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<i
     if (s.bytes > 0 && (!layer || s.layer == *layer)) out.push_back(std::move(s));
   }
   return out;
+}
+
+std::size_t MemoryLedger::accounting_errors() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return accounting_errors_;
 }
 
 std::vector<MemoryLedger::OpAllocations> MemoryLedger::allocations_by_op() const {

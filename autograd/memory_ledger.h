@@ -2,6 +2,8 @@
 // the saved activations by the op that saved them. Saved bytes are counted once per unique
 // Storage (two ops saving the same tensor count it once, under the first), never for parameters,
 // and LayerNorm statistics and other SaveRole::extra tensors go to a separate extras total.
+// One ledger may watch the contexts of several ranks (their totals add up); two contexts of the
+// same rank need two ledgers. It is thread-safe.
 #pragma once
 
 #include <array>
@@ -48,6 +50,8 @@ class MemoryLedger final : public Observer {
   // The saved bytes by saving op, in the order the ops first saved.
   std::vector<SavedSite> saved_by_site(std::optional<int> layer = std::nullopt) const;
   std::vector<OpAllocations> allocations_by_op() const;
+  // Frees or releases of more bytes than were live (a bug in the events): 0 in a correct run.
+  std::size_t accounting_errors() const;
 
   void on_alloc(const StorageEvent& e) override;
   void on_free(const StorageEvent& e) override;
@@ -81,6 +85,7 @@ class MemoryLedger final : public Observer {
   std::array<std::size_t, kMemoryCategoryCount> live_{};
   std::array<std::size_t, kMemoryCategoryCount> peak_{};
   std::size_t live_total_ = 0;
+  std::size_t accounting_errors_ = 0;
   std::size_t peak_total_ = 0;
   std::vector<SiteKey> site_keys_;
   std::vector<OpAllocations> op_allocations_;

@@ -5,17 +5,31 @@
 
 namespace shardscope {
 
-Node::Node(Context& ctx, std::string op, BackwardFn backward)
+Node::Node(Context& ctx, std::string op, std::uint64_t seq, BackwardFn backward)
     : ctx_(ctx),
       op_(std::move(op)),
       scope_(ctx.scope()),
       layer_(ctx.layer()),
-      seq_(ctx.next_seq()),
+      seq_(seq),
       backward_(std::move(backward)) {}
 
 Node::~Node() {
   // A graph dropped without backward still releases what it saved, so ledgers balance.
   if (!released_) release_saved();
+  // Tear down the producers this node alone keeps alive with an explicit stack: destroying a
+  // long chain through nested shared_ptr destructors would recurse once per op.
+  std::vector<std::shared_ptr<Node>> doomed;
+  auto take_sole = [&doomed](std::vector<Edge>& edges) {
+    for (Edge& e : edges) {
+      if (e.node && e.node.use_count() == 1) doomed.push_back(std::move(e.node));
+    }
+  };
+  take_sole(edges_);
+  while (!doomed.empty()) {
+    std::shared_ptr<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    take_sole(n->edges_);
+  }  // n dies here with no sole-owned producers left, so its destructor does not recurse
 }
 
 Site Node::site(Phase phase) const {
@@ -30,11 +44,7 @@ Site Node::site(Phase phase) const {
 }
 
 std::string Node::where() const {
-  std::string out = "op '" + op_ + "'";
-  if (!scope_.empty()) out += " in " + scope_;
-  out += " (";
-  if (layer_ >= 0) out += "layer " + std::to_string(layer_) + ", ";
-  return out + "backward, rank " + std::to_string(ctx_.rank()) + ")";
+  return format_where(op_, scope_, layer_, Phase::backward, ctx_.rank());
 }
 
 SaveEvent Node::save_event(const Tensor& t, SaveRole role, Phase phase) const {
@@ -99,9 +109,18 @@ std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
   }
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!edges_[i].active() || !grads[i].defined()) continue;
+    const std::string which = "gradient of input " + std::to_string(i);
     if (grads[i].shape() != input_shapes.at(i)) {
-      throw ShapeError(where() + ": gradient of input " + std::to_string(i) + " has shape " +
-                       grads[i].shape().str() + ", expected " + input_shapes[i].str());
+      throw ShapeError(where() + ": " + which + " has shape " + grads[i].shape().str() +
+                       ", expected " + input_shapes[i].str());
+    }
+    if (grads[i].dtype() != input_dtypes.at(i)) {
+      throw DTypeError(where() + ": " + which + " is " + dtype_name(grads[i].dtype()) +
+                       ", expected " + dtype_name(input_dtypes[i]));
+    }
+    if (&grads[i].ctx() != &ctx_) {
+      throw ArgumentError(where() + ": " + which + " belongs to another context (rank " +
+                          std::to_string(grads[i].ctx().rank()) + ")");
     }
   }
   return grads;

@@ -30,7 +30,8 @@ class Node {
   // gradient per forward input (an undefined Tensor where the input needs none).
   using BackwardFn = std::function<std::vector<Tensor>(Node&, const std::vector<Tensor>&)>;
 
-  Node(Context& ctx, std::string op, BackwardFn backward);
+  // seq: the forward op's number (Context::next_seq), shared by its events and this node.
+  Node(Context& ctx, std::string op, std::uint64_t seq, BackwardFn backward);
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -56,11 +57,13 @@ class Node {
   bool needs_input_grad(std::size_t i) const { return edges_.at(i).active(); }
   const std::vector<Edge>& edges() const { return edges_; }
   void add_edge(Edge edge) { edges_.push_back(std::move(edge)); }
-  std::vector<Shape> input_shapes;
-  std::vector<Shape> output_shapes;
+  std::vector<Shape> input_shapes;  // set by OpRecord, one per input (and edge)
+  std::vector<DType> input_dtypes;
+  std::vector<Shape> output_shapes;  // set by OpRecord::finish, one per output
   std::vector<DType> output_dtypes;
 
-  // Runs the backward function and checks that each gradient has its input's shape.
+  // Runs the backward function and checks that each gradient has its input's shape, dtype and
+  // context.
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs);
 
  private:

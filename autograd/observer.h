@@ -46,9 +46,10 @@ struct Site {
 
 struct OpEvent {
   Site site;
-  std::uint64_t seq = 0;                        // the forward op's number; its node keeps it
+  std::uint64_t seq = 0;  // the forward op's number, in its begin and end events and its node's
   const std::vector<Shape>* inputs = nullptr;   // input shapes
-  const std::vector<Shape>* outputs = nullptr;  // output shapes (on_op_end only)
+  const std::vector<Shape>* outputs = nullptr;  // output shapes (on_op_end only; null when the
+                                                // op threw)
 };
 
 struct StorageEvent {

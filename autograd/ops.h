@@ -47,7 +47,7 @@ Tensor concat(const std::vector<Tensor>& xs, int dim);
 // Reductions to a one-element tensor of shape [].
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
-// mean((pred - target)^2); target takes no gradient. Saves pred and target.
+// mean((pred - target)^2); both take gradients. Saves pred and target.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 // Mean cross-entropy of logits [N, C] against N class indices. Saves the softmax probabilities.
 Tensor cross_entropy(const Tensor& logits, const std::vector<std::int64_t>& targets);

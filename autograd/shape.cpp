@@ -1,7 +1,7 @@
 // Shape helpers.
 #include "autograd/shape.h"
 
-#include <stdexcept>
+#include "autograd/errors.h"
 
 namespace shardscope {
 
@@ -9,8 +9,8 @@ int Shape::normalize_dim(int i) const {
   const int r = rank();
   const int d = i < 0 ? i + r : i;
   if (d < 0 || d >= r) {
-    throw std::out_of_range("dim " + std::to_string(i) + " is out of range for shape " + str() +
-                            " (rank " + std::to_string(r) + ")");
+    throw ShapeError("dim " + std::to_string(i) + " is out of range for shape " + str() +
+                     " (rank " + std::to_string(r) + ")");
   }
   return d;
 }

@@ -17,9 +17,10 @@ class Shape {
   int rank() const { return static_cast<int>(dims_.size()); }
   std::int64_t operator[](int i) const { return dims_[static_cast<std::size_t>(i)]; }
   std::int64_t& operator[](int i) { return dims_[static_cast<std::size_t>(i)]; }
-  // dim(-1) is the last dim; throws std::out_of_range naming the shape otherwise.
+  // dim(-1) is the last dim; throws ShapeError naming the shape when out of range.
   std::int64_t dim(int i) const;
-  // Turns a possibly negative dim into 0..rank-1; throws naming the shape when out of range.
+  // Turns a possibly negative dim into 0..rank-1; throws ShapeError naming the shape when out
+  // of range.
   int normalize_dim(int i) const;
   std::int64_t numel() const;
   // Row-major strides in elements.

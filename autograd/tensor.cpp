@@ -17,9 +17,15 @@ MemoryCategory default_category(const Context& ctx) {
   return ctx.phase() == Phase::forward ? MemoryCategory::activation : MemoryCategory::workspace;
 }
 
-void check_shape(const Shape& shape) {
+// Rejects negative dims and shapes whose byte size does not fit in 63 bits.
+void check_shape(const Shape& shape, DType dtype) {
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
   for (std::int64_t d : shape.dims()) {
     if (d < 0) throw ShapeError("tensor shape " + shape.str() + " has a negative dim");
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      throw ShapeError(std::string("tensor shape ") + dtype_name(dtype) + shape.str() +
+                       " is too large: its byte size overflows 64 bits");
+    }
   }
 }
 
@@ -47,7 +53,7 @@ std::vector<unsigned char> to_host_bytes(const std::vector<double>& values, DTyp
 }  // namespace
 
 Tensor Tensor::empty(Context& ctx, const Shape& shape, DType dtype) {
-  check_shape(shape);
+  check_shape(shape, dtype);
   auto impl = std::make_shared<TensorImpl>();
   impl->ctx = &ctx;
   impl->shape = shape;
@@ -69,11 +75,19 @@ Tensor Tensor::full(Context& ctx, const Shape& shape, double value, DType dtype)
 
 Tensor Tensor::from_vector(Context& ctx, const Shape& shape, const std::vector<double>& values,
                            DType dtype) {
-  check_shape(shape);
+  check_shape(shape, dtype);
   if (static_cast<std::int64_t>(values.size()) != shape.numel()) {
     throw ShapeError("from_vector: shape " + shape.str() + " needs " +
                      std::to_string(shape.numel()) + " values, given " +
                      std::to_string(values.size()));
+  }
+  if (dtype == DType::u8) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!(values[i] >= 0 && values[i] <= 255) || values[i] != static_cast<int>(values[i])) {
+        throw ArgumentError("from_vector: u8 value " + std::to_string(i) + " is " +
+                            std::to_string(values[i]) + ", expected an integer in [0, 255]");
+      }
+    }
   }
   Tensor t = empty(ctx, shape, dtype);
   const std::vector<unsigned char> bytes = to_host_bytes(values, dtype);
@@ -83,7 +97,7 @@ Tensor Tensor::from_vector(Context& ctx, const Shape& shape, const std::vector<d
 
 Tensor Tensor::randn(Context& ctx, const Shape& shape, std::uint64_t seed, double std, DType dtype,
                      double mean) {
-  check_shape(shape);
+  check_shape(shape, dtype);
   std::vector<double> values(static_cast<std::size_t>(shape.numel()));
   constexpr double kTwoPi = 6.283185307179586;
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -98,7 +112,7 @@ Tensor Tensor::randn(Context& ctx, const Shape& shape, std::uint64_t seed, doubl
 }
 
 Tensor Tensor::parameter(const Tensor& values, const std::string& name) {
-  Tensor p = values.detach();
+  Tensor p = values.clone();  // its own storage: an SGD step must not write through an alias
   p.impl_->storage->set_category(MemoryCategory::parameter);
   p.impl_->is_parameter = true;
   p.impl_->requires_grad = true;

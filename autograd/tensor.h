@@ -33,7 +33,8 @@ class Tensor {
   // on every platform and device.
   static Tensor randn(Context& ctx, const Shape& shape, std::uint64_t seed, double std = 1.0,
                       DType dtype = DType::f32, double mean = 0.0);
-  // A parameter: a leaf that requires grad, counted as MemoryCategory::parameter.
+  // A parameter: a copy of `values` in its own storage, a leaf that requires grad, counted as
+  // MemoryCategory::parameter.
   static Tensor parameter(const Tensor& values, const std::string& name);
 
   bool defined() const { return impl_ != nullptr; }

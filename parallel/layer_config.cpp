@@ -1,6 +1,9 @@
 // LayerConfig validation and mode names.
 #include "parallel/layer_config.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "autograd/errors.h"
 
 namespace shardscope {
@@ -47,6 +50,27 @@ void LayerConfig::validate() const {
     throw ArgumentError("--dropout must be in [0, 1), given " + std::to_string(dropout));
   }
   if (!is_floating(dtype)) throw ArgumentError("the layer runs in f32 or f64");
+  if (!(layernorm_eps > 0.0)) throw ArgumentError("the LayerNorm eps must be > 0");
+  if (layer < 0 || layer >= (1 << 23)) {
+    throw ArgumentError(
+        "the layer index must be in [0, 2^23) (it keys the dropout streams), "
+        "given " +
+        std::to_string(layer));
+  }
+  // The largest tensors are the scores [b, a, s, s] and the MLP activation [s, b, 4h].
+  const double scores = static_cast<double>(batch) * static_cast<double>(heads) *
+                        static_cast<double>(seq) * static_cast<double>(seq);
+  const double mlp =
+      4.0 * static_cast<double>(seq) * static_cast<double>(batch) * static_cast<double>(hidden);
+  constexpr double kMaxElements = 1e12;  // 4 TB in f32: far past any machine this runs on
+  if (scores > kMaxElements || mlp > kMaxElements) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", std::max(scores, mlp));
+    throw ArgumentError("--seq " + std::to_string(seq) + " --batch " + std::to_string(batch) +
+                        " --heads " + std::to_string(heads) + " --hidden " +
+                        std::to_string(hidden) + " need tensors of " + count +
+                        " elements, more than the 1e12 this build accepts");
+  }
   if (mode == ParallelMode::single && degree != 1) {
     throw ArgumentError("--mode single runs on one rank: --degree must be 1, given " +
                         std::to_string(degree));

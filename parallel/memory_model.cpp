@@ -8,8 +8,9 @@ namespace shardscope {
 ActivationModel single_device_activation_model(const LayerConfig& c) {
   const double A = static_cast<double>(dtype_size(c.dtype));
   const double M = 1.0;
-  const double sbh = static_cast<double>(c.seq * c.batch * c.hidden);
-  const double as2b = static_cast<double>(c.heads * c.seq * c.seq * c.batch);
+  const double s = static_cast<double>(c.seq), b = static_cast<double>(c.batch);
+  const double sbh = s * b * static_cast<double>(c.hidden);
+  const double as2b = static_cast<double>(c.heads) * s * s * b;
   const bool drop = c.dropout > 0.0;
   ActivationModel m;
   auto term = [&](std::string what, std::string scope, std::string op, std::string formula,
@@ -38,7 +39,7 @@ ActivationModel single_device_activation_model(const LayerConfig& c) {
   if (drop) term("MLP dropout mask", "mlp.dropout", "dropout", "M sbh", M * sbh);
   m.formula = drop ? "sbh(16A + 2M) + as^2b(2A + M)" : "16A sbh + A as^2b";
   // Two LayerNorms, each a mean and an rstd per row of s*b rows.
-  m.extras_bytes = 2.0 * 2.0 * A * static_cast<double>(c.seq * c.batch);
+  m.extras_bytes = 2.0 * 2.0 * A * s * b;
   return m;
 }
 

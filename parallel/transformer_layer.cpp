@@ -4,79 +4,90 @@
 #include <cmath>
 
 #include "autograd/errors.h"
+#include "autograd/kernels/philox.h"
 #include "autograd/ops.h"
 
 namespace shardscope {
 
-std::vector<std::pair<std::string, Tensor>> LayerWeights::named() const {
-  return {{"ln1.weight", ln1_weight},        {"ln1.bias", ln1_bias},
-          {"attn.qkv.weight", qkv_weight},   {"attn.qkv.bias", qkv_bias},
-          {"attn.proj.weight", proj_weight}, {"attn.proj.bias", proj_bias},
-          {"ln2.weight", ln2_weight},        {"ln2.bias", ln2_bias},
-          {"mlp.fc1.weight", fc1_weight},    {"mlp.fc1.bias", fc1_bias},
-          {"mlp.fc2.weight", fc2_weight},    {"mlp.fc2.bias", fc2_bias}};
-}
-
-std::vector<Tensor> LayerWeights::parameters() const {
-  std::vector<Tensor> out;
-  for (const auto& [name, t] : named()) out.push_back(t);
-  return out;
-}
-
-LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
-  c.validate();
-  const std::int64_t h = c.hidden;
-  std::uint64_t stream = c.seed * 1000003ULL + static_cast<std::uint64_t>(c.layer) * 101ULL;
-  auto normal = [&](const Shape& shape, const char* name) {
-    return Tensor::parameter(Tensor::randn(ctx, shape, ++stream, 0.02, c.dtype), name);
-  };
-  auto constant = [&](const Shape& shape, double value, const char* name) {
-    return Tensor::parameter(Tensor::full(ctx, shape, value, c.dtype), name);
-  };
-  LayerWeights w;
-  w.ln1_weight = constant({h}, 1.0, "ln1.weight");
-  w.ln1_bias = constant({h}, 0.0, "ln1.bias");
-  w.qkv_weight = normal({h, 3 * h}, "attn.qkv.weight");
-  w.qkv_bias = normal({3 * h}, "attn.qkv.bias");
-  w.proj_weight = normal({h, h}, "attn.proj.weight");
-  w.proj_bias = normal({h}, "attn.proj.bias");
-  w.ln2_weight = constant({h}, 1.0, "ln2.weight");
-  w.ln2_bias = constant({h}, 0.0, "ln2.bias");
-  w.fc1_weight = normal({h, 4 * h}, "mlp.fc1.weight");
-  w.fc1_bias = normal({4 * h}, "mlp.fc1.bias");
-  w.fc2_weight = normal({4 * h, h}, "mlp.fc2.weight");
-  w.fc2_bias = normal({h}, "mlp.fc2.bias");
-  return w;
-}
-
 namespace {
 
+// The one table of the layer's parameters: name, member, shape as multiples of h, and how
+// make_layer_weights initialises it (a constant, or Normal(0, 0.02) when `normal`).
+struct WeightSlot {
+  const char* name;
+  Tensor LayerWeights::*member;
+  std::int64_t in;  // 0 for a vector [out * h]; else a matrix [in * h, out * h]
+  std::int64_t out;
+  bool normal;
+  double constant;
+};
+
+constexpr WeightSlot kWeightSlots[] = {
+    {"ln1.weight", &LayerWeights::ln1_weight, 0, 1, false, 1.0},
+    {"ln1.bias", &LayerWeights::ln1_bias, 0, 1, false, 0.0},
+    {"attn.qkv.weight", &LayerWeights::qkv_weight, 1, 3, true, 0.0},
+    {"attn.qkv.bias", &LayerWeights::qkv_bias, 0, 3, true, 0.0},
+    {"attn.proj.weight", &LayerWeights::proj_weight, 1, 1, true, 0.0},
+    {"attn.proj.bias", &LayerWeights::proj_bias, 0, 1, true, 0.0},
+    {"ln2.weight", &LayerWeights::ln2_weight, 0, 1, false, 1.0},
+    {"ln2.bias", &LayerWeights::ln2_bias, 0, 1, false, 0.0},
+    {"mlp.fc1.weight", &LayerWeights::fc1_weight, 1, 4, true, 0.0},
+    {"mlp.fc1.bias", &LayerWeights::fc1_bias, 0, 4, true, 0.0},
+    {"mlp.fc2.weight", &LayerWeights::fc2_weight, 4, 1, true, 0.0},
+    {"mlp.fc2.bias", &LayerWeights::fc2_bias, 0, 1, true, 0.0},
+};
+
+Shape slot_shape(const WeightSlot& slot, std::int64_t h) {
+  return slot.in == 0 ? Shape{slot.out * h} : Shape{slot.in * h, slot.out * h};
+}
+
+// Every weight defined, of its shape and dtype, and in the context of the first one.
 void check_weights(const LayerConfig& c, const LayerWeights& w) {
-  const std::int64_t h = c.hidden;
-  const std::vector<std::pair<std::string, Shape>> expected = {{"ln1.weight", {h}},
-                                                               {"ln1.bias", {h}},
-                                                               {"attn.qkv.weight", {h, 3 * h}},
-                                                               {"attn.qkv.bias", {3 * h}},
-                                                               {"attn.proj.weight", {h, h}},
-                                                               {"attn.proj.bias", {h}},
-                                                               {"ln2.weight", {h}},
-                                                               {"ln2.bias", {h}},
-                                                               {"mlp.fc1.weight", {h, 4 * h}},
-                                                               {"mlp.fc1.bias", {4 * h}},
-                                                               {"mlp.fc2.weight", {4 * h, h}},
-                                                               {"mlp.fc2.bias", {h}}};
-  const auto named = w.named();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const Tensor& t = named[i].second;
-    if (!t.defined() || t.shape() != expected[i].second || t.dtype() != c.dtype) {
-      throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) +
-                          "): " + named[i].first + " must be " + dtype_name(c.dtype) +
-                          expected[i].second.str() + ", given " + t.describe());
+  const Context* ctx = nullptr;
+  for (const WeightSlot& slot : kWeightSlots) {
+    const Tensor& t = w.*slot.member;
+    const Shape expected = slot_shape(slot, c.hidden);
+    if (!t.defined() || t.shape() != expected || t.dtype() != c.dtype) {
+      throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) + "): " + slot.name +
+                          " must be " + dtype_name(c.dtype) + expected.str() + ", given " +
+                          t.describe());
+    }
+    if (!ctx) ctx = &t.ctx();
+    if (&t.ctx() != ctx) {
+      throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) + "): " + slot.name +
+                          " belongs to rank " + std::to_string(t.ctx().rank()) +
+                          "'s context, ln1.weight to rank " + std::to_string(ctx->rank()) + "'s");
     }
   }
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, Tensor>> LayerWeights::named() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const WeightSlot& slot : kWeightSlots) out.emplace_back(slot.name, this->*slot.member);
+  return out;
+}
+
+std::vector<Tensor> LayerWeights::parameters() const {
+  std::vector<Tensor> out;
+  for (const WeightSlot& slot : kWeightSlots) out.push_back(this->*slot.member);
+  return out;
+}
+
+LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
+  c.validate();
+  LayerWeights w;
+  std::uint64_t index = kSeedWeights + 64 * static_cast<std::uint64_t>(c.layer);
+  for (const WeightSlot& slot : kWeightSlots) {
+    const Shape shape = slot_shape(slot, c.hidden);
+    const std::uint64_t key = kernels::derive_seed(c.seed, index++);
+    Tensor values = slot.normal ? Tensor::randn(ctx, shape, key, 0.02, c.dtype)
+                                : Tensor::full(ctx, shape, slot.constant, c.dtype);
+    w.*slot.member = Tensor::parameter(values, slot.name);
+  }
+  return w;
+}
 
 TransformerLayer::TransformerLayer(const LayerConfig& config, LayerWeights weights)
     : config_(config), weights_(std::move(weights)) {
@@ -155,6 +166,12 @@ Tensor TransformerLayer::forward(const Tensor& x) const {
     throw ShapeError("TransformerLayer (layer " + std::to_string(config_.layer) + ", rank " +
                      std::to_string(ctx.rank()) + "): input must be " + dtype_name(config_.dtype) +
                      expected.str() + " [s, b, h], given " + x.describe());
+  }
+  if (&ctx != &weights_.ln1_weight.ctx()) {
+    throw ArgumentError("TransformerLayer (layer " + std::to_string(config_.layer) +
+                        "): the input belongs to rank " + std::to_string(ctx.rank()) +
+                        "'s context, the weights to rank " +
+                        std::to_string(weights_.ln1_weight.ctx().rank()) + "'s");
   }
   LayerGuard layer(ctx, config_.layer);
   Tensor ln1;

@@ -29,6 +29,14 @@ struct LayerWeights {
   std::vector<Tensor> parameters() const;
 };
 
+// What a seed is drawn for: kernels::derive_seed(config.seed, purpose) keys each stream.
+enum SeedPurpose : std::uint64_t {
+  kSeedInput = 1,
+  kSeedTarget = 2,
+  kSeedOutputGrad = 3,
+  kSeedWeights = 0x10000,  // + 64 * layer + parameter index
+};
+
 // Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), LayerNorm
 // weights 1 and biases 0 (the usual GPT-2 / Megatron start).
 LayerWeights make_layer_weights(Context& ctx, const LayerConfig& config);

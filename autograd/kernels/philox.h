@@ -51,6 +51,16 @@ SS_HOST_DEVICE std::uint32_t philox_bits(std::uint64_t seed, std::uint32_t strea
   return r.v[index & 3u];
 }
 
+// Mixes (seed, purpose) into an independent 64-bit key with the SplitMix64 finaliser (Steele,
+// Lea and Flood 2014), so the weights, inputs and targets drawn from one user seed never share a
+// Philox stream.
+SS_HOST_DEVICE std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t purpose) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (purpose + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // Uniform in [0, 1) with 24 bits of resolution (exact in f32).
 SS_HOST_DEVICE double uniform_from_bits(std::uint32_t bits) {
   return static_cast<double>(bits >> 8) * (1.0 / 16777216.0);

@@ -124,17 +124,18 @@ Tensor permute(const Tensor& x, const std::vector<int>& perm) {
 }
 
 Tensor transpose(const Tensor& x, int dim0, int dim1) {
+  const std::string where = x.defined() ? x.ctx().where("transpose") : "op 'transpose'";
+  const int d0 = ops_detail::checked_dim(where, x, dim0);
+  const int d1 = ops_detail::checked_dim(where, x, dim1);
   std::vector<int> perm(static_cast<std::size_t>(x.rank()));
   std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[static_cast<std::size_t>(x.shape().normalize_dim(dim0))],
-            perm[static_cast<std::size_t>(x.shape().normalize_dim(dim1))]);
+  std::swap(perm[static_cast<std::size_t>(d0)], perm[static_cast<std::size_t>(d1)]);
   return permute(x, perm);
 }
 
 std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64_t>& sizes) {
   OpRecord r("split", {x});
-  ops_detail::check_defined(r, x, "x");
-  const int d = x.shape().normalize_dim(dim);
+  const int d = ops_detail::checked_dim(r.where(), x, dim);
   std::int64_t total = 0;
   for (std::int64_t n : sizes) {
     if (n < 0) throw ShapeError(r.where() + ": split sizes must be >= 0");
@@ -156,9 +157,10 @@ std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int dim, int chunks) {
-  const std::int64_t n = x.shape().dim(dim);
+  const std::string where = x.defined() ? x.ctx().where("chunk") : "op 'chunk'";
+  const std::int64_t n = x.shape()[ops_detail::checked_dim(where, x, dim)];
   if (chunks < 1 || n % chunks != 0) {
-    throw ShapeError("op 'chunk': dim " + std::to_string(dim) + " of " + x.describe() + " (size " +
+    throw ShapeError(where + ": dim " + std::to_string(dim) + " of " + x.describe() + " (size " +
                      std::to_string(n) + ") does not divide into " + std::to_string(chunks) +
                      " equal chunks");
   }
@@ -169,7 +171,7 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
   OpRecord r("concat", xs);
   if (xs.empty()) throw ShapeError(r.where() + ": nothing to concatenate");
   const Tensor& first = xs.front();
-  const int d = first.shape().normalize_dim(dim);
+  const int d = ops_detail::checked_dim(r.where(), first, dim);
   Shape out = first.shape();
   out[d] = 0;
   std::vector<std::int64_t> sizes;

@@ -35,8 +35,13 @@ MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool t
   out.back() = p.n;
   p.out_shape = Shape(out);
   p.shared_b = b.rank() == 2;
-  if (p.shared_b) {
-    p.m = a.numel() / p.k;
+  auto product = [](auto first, auto last) {
+    std::int64_t n = 1;
+    for (auto it = first; it != last; ++it) n *= *it;
+    return n;
+  };
+  if (p.shared_b) {  // a's leading dims fold into m
+    p.m = product(a.dims().begin(), a.dims().end() - 1);
     return p;
   }
   if (b.rank() != a.rank() || !std::equal(a.dims().begin(), a.dims().end() - 2, b.dims().begin())) {
@@ -44,19 +49,18 @@ MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool t
                      " and " + b.str());
   }
   p.m = a.dim(-2);
-  p.batch = a.numel() / (p.m * p.k);
+  p.batch = product(a.dims().begin(), a.dims().end() - 2);
   return p;
 }
 
-// C = op(A) op(B) per batch entry; a stride of 0 shares an operand.
+// C = op(A) op(B) per batch entry into a freshly allocated (zeroed) C; a shared B has stride 0.
+// An empty product (a zero m, n, k or batch) leaves C at zero, which is its value.
 void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
-              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b,
-              bool shared_c = false, double beta = 0.0) {
+              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b) {
+  if (m == 0 || n == 0 || k == 0 || batch == 0) return;
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
   if (shared_b) d.stride_b = 0;
-  if (shared_c) d.stride_c = 0;
-  d.beta = beta;
   c.ctx().backend().gemm(d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
 }
 

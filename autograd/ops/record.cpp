@@ -17,34 +17,51 @@ Context& context_of(const char* op, const std::vector<Tensor>& inputs) {
 
 OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs)
     : op_(op), ctx_(context_of(op, inputs)), inputs_(std::move(inputs)) {
-  for (const Tensor& t : inputs_) {
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const Tensor& t = inputs_[i];
     if (t.defined() && &t.ctx() != &ctx_) {
-      throw ArgumentError(where() + ": inputs belong to different contexts (ranks " +
-                          std::to_string(ctx_.rank()) + " and " + std::to_string(t.ctx().rank()) +
-                          ")");
+      throw ArgumentError(where() + ": input " + std::to_string(i) + " " + t.describe() +
+                          " belongs to another context (rank " + std::to_string(t.ctx().rank()) +
+                          ") than the op's first input (rank " + std::to_string(ctx_.rank()) + ")");
     }
     input_shapes_.push_back(t.defined() ? t.shape() : Shape());
     if (ctx_.grad_enabled() && t.defined() && t.requires_grad()) needs_grad_ = true;
   }
-  previous_op_ = ctx_.current_op();
-  ctx_.set_current_op(op_);
+  seq_ = ctx_.next_seq();  // the op's number in begin and end events, and its node's
   if (ctx_.observed()) {
-    seq_ = 0;  // the node's number is assigned in record(); observers see the order of events
     OpEvent e;
     e.site = ctx_.site();
+    e.site.op = op_;
+    e.seq = seq_;
     e.inputs = &input_shapes_;
     ctx_.notify([&](Observer& o) { o.on_op_begin(e); });
   }
+  previous_op_ = ctx_.current_op();
+  ctx_.set_current_op(op_);
+  begun_ = true;
 }
 
 OpRecord::~OpRecord() {
+  if (!begun_) return;
   ctx_.set_current_op(previous_op_);
+  if (finished_ || !ctx_.observed()) return;
+  // The op threw: close its begin event (with no outputs) so observers stay balanced.
+  OpEvent e;
+  e.site = ctx_.site();
+  e.site.op = op_;
+  e.seq = seq_;
+  e.inputs = &input_shapes_;
+  try {
+    ctx_.notify([&](Observer& o) { o.on_op_end(e); });
+  } catch (...) {  // an exception is already propagating
+  }
 }
 
 Node& OpRecord::record(Node::BackwardFn backward) {
-  node_ = std::make_shared<Node>(ctx_, op_, std::move(backward));
+  node_ = std::make_shared<Node>(ctx_, op_, seq_, std::move(backward));
   node_->input_shapes = input_shapes_;
   for (const Tensor& t : inputs_) {
+    node_->input_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
     Edge e;
     if (t.defined() && t.requires_grad()) {
       if (t.grad_fn()) {
@@ -56,7 +73,6 @@ Node& OpRecord::record(Node::BackwardFn backward) {
     }
     node_->add_edge(std::move(e));
   }
-  seq_ = node_->seq();
   return *node_;
 }
 
@@ -72,6 +88,7 @@ std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
     node_->output_dtypes.push_back(outs[i].dtype());
   }
   if (node_) node_->output_shapes = output_shapes;
+  finished_ = true;
   if (ctx_.observed()) {
     OpEvent e;
     e.site = ctx_.site();
@@ -111,6 +128,17 @@ void check_same_shape(const OpRecord& r, const Tensor& a, const char* a_what, co
     throw ShapeError(r.where() + ": " + a_what + " " + a.describe() + " and " + b_what + " " +
                      b.describe() + " must have the same shape");
   }
+}
+
+int checked_dim(const std::string& where, const Tensor& x, int dim) {
+  if (!x.defined()) throw ArgumentError(where + ": x is an undefined tensor");
+  const int r = x.rank();
+  const int d = dim < 0 ? dim + r : dim;
+  if (d < 0 || d >= r) {
+    throw ShapeError(where + ": dim " + std::to_string(dim) + " is out of range for " +
+                     x.describe() + " (rank " + std::to_string(r) + ")");
+  }
+  return d;
 }
 
 bool is_suffix(const Shape& suffix, const Shape& full) {

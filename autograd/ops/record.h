@@ -37,6 +37,8 @@ class OpRecord {
   std::string previous_op_;
   std::uint64_t seq_ = 0;
   bool needs_grad_ = false;
+  bool begun_ = false;
+  bool finished_ = false;
 };
 
 // Checks shared by the ops; each throws with the op's where() in the message.
@@ -45,6 +47,10 @@ void check_floating(const OpRecord& r, const Tensor& t, const char* what);
 void check_same_dtype(const OpRecord& r, const Tensor& a, const Tensor& b);
 void check_same_shape(const OpRecord& r, const Tensor& a, const char* a_what, const Tensor& b,
                       const char* b_what);
+// `dim` of `x` in 0..rank-1 (negative counts from the end); throws ShapeError prefixed with
+// `where` when out of range, ArgumentError when x is undefined.
+int checked_dim(const std::string& where, const Tensor& x, int dim);
+
 // True when `suffix` equals the trailing dims of `full` (bias broadcasting).
 bool is_suffix(const Shape& suffix, const Shape& full);
 

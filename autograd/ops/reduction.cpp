@@ -57,13 +57,17 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
   Tensor loss = ops_detail::new_tensor(r.ctx(), Shape{}, pred.dtype());
   r.ctx().backend().mse_forward(pred, target, loss);
   if (r.needs_grad()) {
-    // d pred = dloss * 2 (pred - target) / N; the target takes no gradient.
+    // d pred = dloss * 2 (pred - target) / N = -d target
     Node& node = r.record([](Node& n, const std::vector<Tensor>& g) {
       const Tensor& p = n.saved(0);
       const double k = 2.0 * g[0].item() / static_cast<double>(p.numel());
-      Tensor dp = new_like(p);
+      Tensor dp = new_like(p), dt;
       p.ctx().backend().add(p, n.saved(1), k, -k, dp);
-      return std::vector<Tensor>{dp, Tensor()};
+      if (n.needs_input_grad(1)) {
+        dt = new_like(p);
+        p.ctx().backend().scale(dp, -1.0, dt);
+      }
+      return std::vector<Tensor>{n.needs_input_grad(0) ? dp : Tensor(), dt};
     });
     node.save(pred);
     node.save(target);

@@ -2,7 +2,9 @@
 // context state (phase, grad mode, scope stack) around backward.
 #include <string>
 
+#include "autograd/backend.h"
 #include "autograd/observer.h"
+#include "autograd/ops/record.h"
 #include "tests/autograd/autograd_testing.h"
 
 namespace shardscope {
@@ -193,6 +195,81 @@ TEST_F(Engine, BackwardRestoresPhaseGradModeLayerAndScopeStack) {
   }
   EXPECT_EQ(ctx.scope(), "");
   EXPECT_EQ(ctx.layer(), -1);
+}
+
+}  // namespace
+}  // namespace shardscope
+
+namespace shardscope {
+namespace {
+
+// A chain of 300k ops is dropped without recursing once per node (which would overflow
+// the stack), and backward through a long chain works without recursion as well.
+TEST(EngineLongChains, AreDestroyedAndDifferentiatedIteratively) {
+  Context ctx;
+  Tensor x = Tensor::full(ctx, {1}, 1.0, DType::f64).set_requires_grad(true);
+  {
+    Tensor y = x;
+    for (int i = 0; i < 300000; ++i) y = scale(y, 1.0);
+  }
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = scale(y, 1.0);
+  y.backward();
+  EXPECT_EQ(x.grad().item(), 1.0);
+}
+
+}  // namespace
+}  // namespace shardscope
+
+namespace shardscope {
+namespace {
+
+// An op whose backward gives its input no gradient (a stop-gradient), built with OpRecord.
+Tensor stop_gradient(const Tensor& x) {
+  ops_detail::OpRecord r("stop_gradient", {x});
+  Tensor y = x.clone();
+  if (r.needs_grad()) {
+    r.record([](Node&, const std::vector<Tensor>&) { return std::vector<Tensor>{Tensor()}; });
+  }
+  return r.finish(y);
+}
+
+// A node that receives no gradient is skipped: it does not run, its saved tensors stay for a
+// later backward that does reach it, and its inputs get no gradient from this one.
+TEST(EngineSkips, NodesThatReceiveNoGradient) {
+  Context ctx;
+  Tensor w = Tensor::parameter(Tensor::randn(ctx, {3}, 1, 1.0, DType::f64), "w");
+  Tensor z = gelu(w);
+  sum(stop_gradient(z)).backward();
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(z.grad_fn()->released());
+  sum(z).backward();  // the gelu node still has its input
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_TRUE(z.grad_fn()->released());
+}
+
+TEST(EngineSkips, MseLossGivesTheTargetItsGradient) {
+  Context ctx;
+  Tensor pred = Tensor::from_vector(ctx, {2}, {1.0, 2.0}, DType::f64).set_requires_grad(true);
+  Tensor target = Tensor::from_vector(ctx, {2}, {0.0, 4.0}, DType::f64).set_requires_grad(true);
+  mse_loss(pred, target).backward();
+  // L = ((1-0)^2 + (2-4)^2) / 2; dL/dpred = (pred - target); dL/dtarget = -(pred - target)
+  EXPECT_EQ(pred.grad().to_vector(), (std::vector<double>{1.0, -2.0}));
+  EXPECT_EQ(target.grad().to_vector(), (std::vector<double>{-1.0, 2.0}));
+}
+
+TEST(EngineSkips, ParametersDoNotAliasTheirInitialValues) {
+  Context ctx;
+  Tensor init = Tensor::full(ctx, {2}, 1.0);
+  Tensor a = Tensor::parameter(init, "a");
+  Tensor b = Tensor::parameter(init, "b");
+  EXPECT_NE(a.raw_data(), b.raw_data());
+  EXPECT_NE(a.raw_data(), init.raw_data());
+  sum(a).backward();
+  ctx.backend().add(a, a.grad(), 1.0, -0.5, a);  // an SGD step on a alone
+  EXPECT_EQ(a.to_vector(), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(b.to_vector(), (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(init.to_vector(), (std::vector<double>{1.0, 1.0}));
 }
 
 }  // namespace

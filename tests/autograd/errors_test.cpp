@@ -137,7 +137,7 @@ TEST_F(Errors, MessagesSayWhereTheOpRan) {
   EXPECT_THAT(message_of<ArgumentError>([&] {
                 add(a, f64({2, 3}));
               }),
-              HasSubstr("different contexts"));
+              HasSubstr("belongs to another context"));
 }
 
 TEST_F(Errors, BackwardFromANonScalarNeedsAGradient) {

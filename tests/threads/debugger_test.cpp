@@ -136,7 +136,8 @@ TEST(Debugger, SingleStepStopsAtEveryForwardOpAndBackwardNodeInOrder) {
   EXPECT_EQ(stops[0].reason, StopReason::first_op);
   EXPECT_EQ(stops[0].inputs, (std::vector<Shape>{Shape{2, 3}, Shape{3, 4}}));
   EXPECT_TRUE(stops[0].outputs.empty());
-  EXPECT_EQ(stops[0].seq, 0u);  // a forward op has no node number before it runs
+  EXPECT_GT(stops[0].seq, 0u);
+  EXPECT_EQ(stops[0].seq, stops[5].seq);  // a forward op and its backward node share the number
   for (std::size_t i = 0; i < stops.size(); ++i) {
     EXPECT_EQ(stops[i].number, i + 1);
     EXPECT_EQ(stops[i].op_index, i + 1);
