@@ -37,6 +37,7 @@ TEST(MemoryLedger, ParametersGradientsAndActivationsByCategory) {
   EXPECT_GE(ledger.peak_total(), f32_bytes(32 + 12 + 24 + 32));
   ledger.reset_peaks();
   EXPECT_EQ(ledger.peak_total(), ledger.live_total());
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
 }
 
 TEST(MemoryLedger, AStorageSavedTwiceOrThroughAViewCountsOnce) {
@@ -108,6 +109,33 @@ TEST(MemoryLedger, TensorsFromBeforeAttachingCountOnlyWhileSaved) {
   sum(y).backward();
   EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), 0u);
   EXPECT_EQ(ledger.live(MemoryCategory::activation), f32_bytes(16));  // y itself
+}
+
+TEST(MemoryLedger, ASavedTensorMadeAParameterLaterIsStillReleased) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {4}, 9).set_requires_grad(true);
+  Tensor y = gelu(x);
+  x.storage()->set_category(MemoryCategory::parameter);
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(4));
+  sum(y).backward();
+  EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+  EXPECT_EQ(ledger.live(MemoryCategory::parameter), f32_bytes(4));
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
+}
+
+TEST(MemoryLedger, TwoRanksShareALedgerWithoutMixingTheirStorages) {
+  Context rank0(0), rank1(1);
+  MemoryLedger ledger;
+  ObserverGuard attach0(rank0, ledger), attach1(rank1, ledger);
+  {
+    Tensor a = Tensor::zeros(rank0, {25});  // both are storage 1 of their context
+    Tensor b = Tensor::zeros(rank1, {75});
+    EXPECT_EQ(ledger.live(MemoryCategory::activation), f32_bytes(100));
+  }
+  EXPECT_EQ(ledger.live_total(), 0u);
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
 }
 
 TEST(MemoryLedger, AllocationsAreAttributedToTheOpAndScope) {

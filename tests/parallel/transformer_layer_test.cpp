@@ -65,6 +65,7 @@ TEST_P(LayerMemoryTest, SavedBytesEqualTheFormulaTermByTerm) {
   sum(y).backward();
   EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
   EXPECT_EQ(ledger.extras_bytes(), 0u);
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LayerMemoryTest,
