@@ -8,4 +8,4 @@ bash scripts/setup.sh
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc)" --target shardscope
 ./build/default/apps/shardscope run --mode single --seq 128 --batch 4 --hidden 256 --heads 8 \
-  --dropout 0.1 --steps 5 --report build/default/report.json "$@"
+  --dropout 0.1 --steps 8 --lr 2 --report build/default/report.json "$@"
