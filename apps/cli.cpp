@@ -10,9 +10,20 @@
 namespace shardscope {
 namespace {
 
-void add_run_flags(CLI::App& run, RunOptions& o, std::string& mode, std::string& dtype) {
-  LayerConfig& c = o.layer;
-  run.add_option("--mode", mode, "single, tp, tp-sp or ulysses (single in this version)")
+struct FlagText {
+  std::string mode = "single", dtype = "f32", comm = "threads";
+  bool no_check = false;
+};
+
+void add_run_flags(CLI::App& run, RunOptions& o, FlagText& text) {
+  LayerConfig& c = o.spec.layer;
+  run.add_option("--mode", text.mode, "single, tp, tp-sp or ulysses")->capture_default_str();
+  run.add_option("--comm", text.comm, "threads (ranks are threads) or mpi (under mpirun)")
+      ->capture_default_str();
+  run.add_flag("--no-check", text.no_check, "skip the comparison with the single-device layer");
+  run.add_flag("--keep-gathered-input", o.spec.keep_gathered_input,
+               "tp-sp: keep the all-gathered linear inputs for backward instead of re-gathering");
+  run.add_option("--timeout-ms", o.timeout_ms, "threads: how long a collective waits for a rank")
       ->capture_default_str();
   run.add_option("--degree", c.degree, "ranks in the tensor-parallel group (t)")
       ->capture_default_str();
@@ -23,11 +34,11 @@ void add_run_flags(CLI::App& run, RunOptions& o, std::string& mode, std::string&
       ->capture_default_str();
   run.add_option("--dropout", c.dropout, "dropout probability of the three dropouts")
       ->capture_default_str();
-  run.add_option("--steps", o.steps, "SGD steps")->capture_default_str();
-  run.add_option("--lr", o.learning_rate, "SGD learning rate")->capture_default_str();
+  run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
+  run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
       ->capture_default_str();
-  run.add_option("--dtype", dtype, "f32 or f64")->capture_default_str();
+  run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
   run.add_option("--report", o.report_path, "write a JSON report to this file");
 }
 
@@ -39,11 +50,11 @@ DType parse_dtype(const std::string& name) {
 
 int run_subcommand(const RunOptions& o, std::ostream& out) {
   const RunResult result = run_layer(o, out);
-  if (!o.report_path.empty()) {
+  if (result.printed && !o.report_path.empty()) {
     write_report(o.report_path, report_json(o, result));
     out << "report written to " << o.report_path << "\n";
   }
-  return 0;
+  return result.rank0.check.ran && !result.rank0.check.passed ? 3 : 0;
 }
 
 }  // namespace
@@ -52,11 +63,11 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   CLI::App app{"shardscope: tensor parallelism you can step through and check"};
   app.require_subcommand(1);
   RunOptions options;
-  std::string mode = "single", dtype = "f32";
+  FlagText text;
   CLI::App* run = app.add_subcommand("run",
                                      "train the Transformer layer for a few SGD steps "
                                      "and print its loss and activation memory");
-  add_run_flags(*run, options, mode, dtype);
+  add_run_flags(*run, options, text);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,8 +77,10 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     return 2;
   }
   try {  // flag values and their rules: exit 2
-    options.layer.mode = parse_mode(mode);
-    options.layer.dtype = parse_dtype(dtype);
+    options.spec.layer.mode = parse_mode(text.mode);
+    options.spec.layer.dtype = parse_dtype(text.dtype);
+    options.comm = parse_comm_kind(text.comm);
+    options.spec.check = !text.no_check;
     options.validate();
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
@@ -76,9 +89,9 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   try {  // the run itself: exit 1
     if (run->parsed()) return run_subcommand(options, out);
   } catch (const std::bad_alloc&) {
-    err << "shardscope: error: out of memory for s=" << options.layer.seq
-        << " b=" << options.layer.batch << " h=" << options.layer.hidden
-        << " a=" << options.layer.heads << " (try smaller --seq, --batch or --hidden)\n";
+    const LayerConfig& c = options.spec.layer;
+    err << "shardscope: error: out of memory for s=" << c.seq << " b=" << c.batch
+        << " h=" << c.hidden << " a=" << c.heads << " (try smaller --seq, --batch or --hidden)\n";
     return 1;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";

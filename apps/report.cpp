@@ -4,31 +4,33 @@
 #include <fstream>
 
 #include "autograd/errors.h"
+#include "parallel/comm_log.h"
 
 namespace shardscope {
+namespace {
 
-nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
-  const LayerConfig& c = o.layer;
-  nlohmann::json j;
-  j["format"] = "shardscope-run-report";
-  j["version"] = 1;
-  j["config"] = {{"mode", mode_name(c.mode)},
-                 {"degree", c.degree},
-                 {"seq", c.seq},
-                 {"batch", c.batch},
-                 {"hidden", c.hidden},
-                 {"heads", c.heads},
-                 {"dropout", c.dropout},
-                 {"seed", c.seed},
-                 {"steps", o.steps},
-                 {"lr", o.learning_rate},
-                 {"dtype", dtype_name(c.dtype)},
-                 {"causal", c.causal},
-                 {"backend", "cpu"},
-                 {"report", o.report_path}};
-  j["steps"] = nlohmann::json::array();
-  for (const StepRecord& s : r.steps)
-    j["steps"].push_back({{"loss", s.loss}, {"time_ms", s.time_ms}});
+nlohmann::json config_json(const RunOptions& o) {
+  const LayerConfig& c = o.spec.layer;
+  return {{"mode", mode_name(c.mode)},
+          {"degree", c.degree},
+          {"comm", comm_kind_name(o.comm)},
+          {"seq", c.seq},
+          {"batch", c.batch},
+          {"hidden", c.hidden},
+          {"heads", c.heads},
+          {"dropout", c.dropout},
+          {"seed", c.seed},
+          {"steps", o.spec.steps},
+          {"lr", o.spec.learning_rate},
+          {"dtype", dtype_name(c.dtype)},
+          {"causal", c.causal},
+          {"check", o.spec.check},
+          {"keep_gathered_input", o.spec.keep_gathered_input},
+          {"backend", "cpu"},
+          {"report", o.report_path}};
+}
+
+nlohmann::json memory_json(const RunResult& r) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankMemory& m : r.memory) {
     nlohmann::json terms = nlohmann::json::array();
@@ -48,7 +50,69 @@ nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
                      {"formula", m.formula},
                      {"terms", terms}});
   }
-  j["memory"] = {{"per_rank", ranks}};
+  return {{"per_rank", ranks}};
+}
+
+nlohmann::json check_json(const CheckResult& check) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorCheck& t : check.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"max_abs_err", t.max_abs_err},
+                       {"max_rel_err", t.max_rel_err},
+                       {"passed", t.passed}});
+  }
+  return {{"ran", check.ran},
+          {"passed", check.passed},
+          {"tolerance", check.tolerance},
+          {"tensors", tensors}};
+}
+
+nlohmann::json comm_line_json(const CommLine& l) {
+  return {{"layer", l.layer},
+          {"kind", collective_name(l.kind)},
+          {"phase", phase_name(l.phase)},
+          {"purpose", comm_purpose_name(l.purpose)},
+          {"count", l.count},
+          {"bytes_per_rank", l.bytes_sent}};
+}
+
+nlohmann::json comm_json(const RunOptions& o, const RunResult& r) {
+  nlohmann::json measured = nlohmann::json::array(), model = nlohmann::json::array();
+  nlohmann::json param_grad = nlohmann::json::array(), other = nlohmann::json::array();
+  double total = 0, model_total = 0;
+  for (const CommLine& l : r.rank0.comm) {
+    if (l.purpose == CommPurpose::activation) {
+      measured.push_back(comm_line_json(l));
+      total += l.bytes_sent;
+    } else if (l.purpose == CommPurpose::param_grad) {
+      param_grad.push_back(comm_line_json(l));
+    } else {
+      other.push_back(comm_line_json(l));
+    }
+  }
+  for (const CommLine& l : comm_model(o.spec.layer, o.spec.keep_gathered_input)) {
+    model.push_back(comm_line_json(l));
+    if (l.purpose == CommPurpose::activation) model_total += l.bytes_sent;
+  }
+  return {
+      {"lines", measured}, {"model_lines", model},          {"param_grad", param_grad},
+      {"other", other},    {"total_bytes_per_rank", total}, {"model_bytes_per_rank", model_total}};
+}
+
+}  // namespace
+
+nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
+  nlohmann::json j;
+  j["format"] = "shardscope-run-report";
+  j["version"] = 1;
+  j["config"] = config_json(o);
+  j["steps"] = nlohmann::json::array();
+  for (const StepRecord& s : r.rank0.steps) {
+    j["steps"].push_back({{"loss", s.loss}, {"time_ms", s.time_ms}});
+  }
+  j["memory"] = memory_json(r);
+  j["check"] = check_json(r.rank0.check);
+  j["comm"] = comm_json(o, r);
   return j;
 }
 

@@ -1,66 +1,46 @@
-// `shardscope run`: trains the layer for a few SGD steps on random data and measures its memory.
+// `shardscope run`: the layer in any mode on threads or MPI ranks, with its loss per step, the
+// reference check, the communication table and the memory table.
 #pragma once
 
 #include <ostream>
 #include <string>
 #include <vector>
 
-#include "parallel/layer_config.h"
-#include "parallel/memory_model.h"
+#include "parallel/layer_run.h"
+#include "parallel/spmd.h"
 
 namespace shardscope {
 
 // The defaults are the command line's (docs/user-guide.md).
 struct RunOptions {
   RunOptions() {
-    layer.seq = 64;
-    layer.batch = 2;
-    layer.hidden = 128;
-    layer.heads = 4;
+    spec.layer.seq = 64;
+    spec.layer.batch = 2;
+    spec.layer.hidden = 128;
+    spec.layer.heads = 4;
   }
-  LayerConfig layer;
-  int steps = 5;
-  double learning_rate = 0.1;
+  LayerRunSpec spec;
+  CommKind comm = CommKind::threads;
+  int timeout_ms = 10000;
   std::string report_path;  // empty: no JSON report
 
-  // Throws ArgumentError naming the flag: the layer's rules, --steps >= 1, a finite --lr > 0,
-  // and the modes this version runs.
+  // Throws ArgumentError naming the flag and the rule, before any rank starts.
   void validate() const;
 };
 
-struct StepRecord {
-  double loss = 0;
-  double time_ms = 0;
-};
-
-// One measured term beside the model's bytes for it.
-struct MeasuredTerm {
-  std::string what, scope, op, formula;
-  double model_bytes = 0;
-  double measured_bytes = 0;
-};
-
-struct RankMemory {
-  int rank = 0;
-  double saved_activation_bytes = 0;  // measured after the forward of the first step
-  double formula_bytes = 0;
-  double extras_bytes = 0;
-  double formula_extras_bytes = 0;
-  double peak_bytes = 0;  // all categories, over the whole run
-  std::string formula;
-  std::vector<MeasuredTerm> terms;  // model terms, then any measured site the model lacks
-};
-
 struct RunResult {
-  std::vector<StepRecord> steps;
-  std::vector<RankMemory> memory;  // one entry per rank
+  RankRun rank0;                   // steps, comm and check of rank 0
+  std::vector<RankMemory> memory;  // one entry per rank; rank 0's with its terms
+  bool printed = true;             // false on MPI ranks other than 0
 };
 
-// Runs the steps, printing each step's loss and time and then the memory table to `out`.
-// Throws ArgumentError for a bad configuration.
+// Runs every rank and prints (on rank 0) the step table, then the check, communication and
+// memory tables to `out`.
 RunResult run_layer(const RunOptions& options, std::ostream& out);
 
-// Prints the memory table of one rank.
+void print_check_table(const CheckResult& check, std::ostream& out);
+void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,
+                      std::ostream& out);
 void print_memory_table(const RankMemory& memory, const LayerConfig& config, std::ostream& out);
 
 }  // namespace shardscope

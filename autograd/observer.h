@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autograd/dtype.h"
 #include "autograd/shape.h"
 
 namespace shardscope {
@@ -68,6 +69,36 @@ struct SaveEvent {
   MemoryCategory storage_category = MemoryCategory::activation;
 };
 
+// The collectives of the parallel layer (NCCL semantics; see parallel/communicator.h).
+enum class CollectiveKind : std::uint8_t {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  broadcast,
+  barrier
+};
+enum class ReduceOp : std::uint8_t { sum, max };
+const char* collective_name(CollectiveKind kind);  // "all_reduce", ...
+
+// Why a collective ran: the layer's activations and their gradients, the reduction of replicated
+// parameters' gradients, or bookkeeping (the loss, the reference check).
+enum class CommPurpose : std::uint8_t { activation, param_grad, loss, check };
+const char* comm_purpose_name(CommPurpose purpose);
+
+struct CollectiveEvent {
+  Site site;  // the op that issued it (its scope, layer, phase, step) and the rank
+  CollectiveKind kind = CollectiveKind::barrier;
+  ReduceOp reduce = ReduceOp::sum;
+  CommPurpose purpose = CommPurpose::activation;
+  int group_size = 1;
+  std::int64_t count = 0;       // elements of this rank's send buffer
+  DType dtype = DType::f32;
+  double full_bytes = 0;        // N of the ring formula (see parallel/comm_model.h)
+  double bytes_sent = 0;        // bytes this rank sends by the ring formula
+  std::uint64_t seq = 0;        // the issuing op's number
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -80,6 +111,8 @@ class Observer {
   virtual void on_recategorize(const StorageEvent&) {}
   virtual void on_save(const SaveEvent&) {}
   virtual void on_release(const SaveEvent&) {}
+  // After a collective completed on this rank.
+  virtual void on_collective(const CollectiveEvent&) {}
 };
 
 }  // namespace shardscope

@@ -248,6 +248,15 @@ Tensor Tensor::clone() const {
   return out;
 }
 
+Tensor Tensor::copy_to(Context& dst) const {
+  std::vector<unsigned char> host(bytes());
+  ctx().backend().copy_to_host(host.data(), raw_data(), host.size());
+  Tensor out = empty(dst, shape(), dtype());
+  dst.backend().copy_from_host(out.raw_data(), host.data(), host.size());
+  out.impl_->name = name();
+  return out;
+}
+
 std::string Tensor::describe() const {
   if (!impl_) return "undefined tensor";
   std::string out = impl_->name.empty() ? std::string() : impl_->name + " ";

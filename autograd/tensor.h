@@ -78,6 +78,8 @@ class Tensor {
   Tensor detach() const;
   // A copy of the values in new storage (no autograd history).
   Tensor clone() const;
+  // A copy of the values in new storage of another context (another rank, a reference run).
+  Tensor copy_to(Context& ctx) const;
   // "name f32[2, 3]"
   std::string describe() const;
 

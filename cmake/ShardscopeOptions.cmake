@@ -37,7 +37,7 @@ include(CheckLanguage)
 check_language(CUDA)
 shardscope_resolve_part(CUDA "${CMAKE_CUDA_COMPILER}" "nvcc; the CUDA backend arrives in a later issue")
 find_package(MPI QUIET COMPONENTS CXX)
-shardscope_resolve_part(MPI "${MPI_CXX_FOUND}" "MPI; MpiComm arrives in a later issue")
+shardscope_resolve_part(MPI "${MPI_CXX_FOUND}" "MPI for MpiComm: Debian libopenmpi-dev")
 find_path(SHARDSCOPE_IMGUI_INCLUDE imgui.h PATH_SUFFIXES imgui)
 shardscope_resolve_part(VIZ "${SHARDSCOPE_IMGUI_INCLUDE}" "Dear ImGui; the visualizer arrives in a later issue")
 

@@ -1,17 +1,33 @@
-// The single-device activation model, term by term.
+// The activation model of each mode, term by term.
 #include "parallel/memory_model.h"
 
 #include "autograd/dtype.h"
 
 namespace shardscope {
+namespace {
 
-ActivationModel single_device_activation_model(const LayerConfig& c) {
+// Which ops save the input of the fused QKV and fc1 linears in each mode.
+const char* column_op(const LayerConfig& c) {
+  return c.mode == ParallelMode::tp_sp ? "gather_matmul" : "matmul";
+}
+
+}  // namespace
+
+ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input) {
   const double A = static_cast<double>(dtype_size(c.dtype));
   const double M = 1.0;
   const double s = static_cast<double>(c.seq), b = static_cast<double>(c.batch);
+  const double t = static_cast<double>(c.mode == ParallelMode::single ? 1 : c.degree);
   const double sbh = s * b * static_cast<double>(c.hidden);
   const double as2b = static_cast<double>(c.heads) * s * s * b;
   const bool drop = c.dropout > 0.0;
+  // Heads are split in every parallel mode; the blocks' replicated parts only under tp.
+  const double head_split = t;
+  const double block_split = c.mode == ParallelMode::tp ? 1.0 : t;
+  const double column_split =
+      c.mode == ParallelMode::tp || (c.mode == ParallelMode::tp_sp && keep_gathered_input) ? 1.0
+                                                                                           : t;
+  const double mlp_split = t;  // GeLU and fc2 inputs: 4h/t columns, or s/t rows under Ulysses
   ActivationModel m;
   auto term = [&](std::string what, std::string scope, std::string op, std::string formula,
                   double bytes) {
@@ -19,28 +35,59 @@ ActivationModel single_device_activation_model(const LayerConfig& c) {
         {std::move(what), std::move(scope), std::move(op), std::move(formula), bytes});
     m.total_bytes += bytes;
   };
-  term("LayerNorm 1 input", "ln1", "layernorm", "A sbh", A * sbh);
-  term("QKV linear input", "attn.qkv", "matmul", "A sbh", A * sbh);
-  term("QK^T: Q and K", "attn.scores", "matmul", "2A sbh", 2 * A * sbh);
-  term("softmax output", "attn.softmax", "softmax", "A as^2b", A * as2b);
-  if (drop) term("attention dropout mask", "attn.dropout", "dropout", "M as^2b", M * as2b);
+  const std::string tb = block_split > 1 ? "/t" : "", tc = column_split > 1 ? "/t" : "";
+  term("LayerNorm 1 input", "ln1", "layernorm", "A sbh" + tb, A * sbh / block_split);
+  term("QKV linear input", "attn.qkv", column_op(c), "A sbh" + tc, A * sbh / column_split);
+  const std::string th = head_split > 1 ? "/t" : "";
+  term("QK^T: Q and K", "attn.scores", "matmul", "2A sbh" + th, 2 * A * sbh / head_split);
+  term("softmax output", "attn.softmax", "softmax", "A as^2b" + th, A * as2b / head_split);
   if (drop) {
-    term("probs x V: dropout output and V", "attn.context", "matmul", "A as^2b + A sbh",
-         A * as2b + A * sbh);
+    term("attention dropout mask", "attn.dropout", "dropout", "M as^2b" + th,
+         M * as2b / head_split);
+    term("probs x V: dropout output and V", "attn.context", "matmul", "(A as^2b + A sbh)" + th,
+         (A * as2b + A * sbh) / head_split);
   } else {
-    term("probs x V: V (probs are the softmax output)", "attn.context", "matmul", "A sbh", A * sbh);
+    term("probs x V: V (probs are the softmax output)", "attn.context", "matmul", "A sbh" + th,
+         A * sbh / head_split);
   }
-  term("output linear input", "attn.proj", "matmul", "A sbh", A * sbh);
-  if (drop) term("attention output dropout mask", "attn.out_dropout", "dropout", "M sbh", M * sbh);
-  term("LayerNorm 2 input", "ln2", "layernorm", "A sbh", A * sbh);
-  term("fc1 input", "mlp.fc1", "matmul", "A sbh", A * sbh);
-  term("GeLU input", "mlp.gelu", "gelu", "4A sbh", 4 * A * sbh);
-  term("fc2 input", "mlp.fc2", "matmul", "4A sbh", 4 * A * sbh);
-  if (drop) term("MLP dropout mask", "mlp.dropout", "dropout", "M sbh", M * sbh);
-  m.formula = drop ? "sbh(16A + 2M) + as^2b(2A + M)" : "16A sbh + A as^2b";
-  // Two LayerNorms, each a mean and an rstd per row of s*b rows.
-  m.extras_bytes = 2.0 * 2.0 * A * s * b;
+  term("output linear input", "attn.proj", "matmul", "A sbh" + th, A * sbh / head_split);
+  if (drop) {
+    term("attention output dropout mask", "attn.out_dropout", "dropout", "M sbh" + tb,
+         M * sbh / block_split);
+  }
+  term("LayerNorm 2 input", "ln2", "layernorm", "A sbh" + tb, A * sbh / block_split);
+  term("fc1 input", "mlp.fc1", column_op(c), "A sbh" + tc, A * sbh / column_split);
+  const std::string tm = mlp_split > 1 ? "/t" : "";
+  term("GeLU input", "mlp.gelu", "gelu", "4A sbh" + tm, 4 * A * sbh / mlp_split);
+  term("fc2 input", "mlp.fc2", "matmul", "4A sbh" + tm, 4 * A * sbh / mlp_split);
+  if (drop) term("MLP dropout mask", "mlp.dropout", "dropout", "M sbh" + tb, M * sbh / block_split);
+  m.formula = formula_text(c, keep_gathered_input);
+  // Two LayerNorms, each a mean and an rstd per row it normalises.
+  m.extras_bytes = 2.0 * 2.0 * A * s * b / block_split;
   return m;
+}
+
+std::string formula_text(const LayerConfig& c, bool keep_gathered_input) {
+  if (c.dropout <= 0.0) return "the formula without dropout masks (docs/derivations.md)";
+  switch (c.mode) {
+    case ParallelMode::single:
+      return "sbh(16A + 2M) + as^2b(2A + M)";
+    case ParallelMode::tp:
+      return "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t";
+    case ParallelMode::tp_sp:
+      return keep_gathered_input ? "sbh(2A + (14A + 2M)/t) + as^2b(2A + M)/t"
+                                 : "(sbh(16A + 2M) + as^2b(2A + M))/t";
+    case ParallelMode::ulysses:
+      return "(sbh(16A + 2M) + as^2b(2A + M))/t";
+  }
+  return "?";
+}
+
+ActivationModel single_device_activation_model(const LayerConfig& c) {
+  LayerConfig single = c;
+  single.mode = ParallelMode::single;
+  single.degree = 1;
+  return activation_model(single, false);
 }
 
 }  // namespace shardscope

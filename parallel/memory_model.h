@@ -32,4 +32,13 @@ struct ActivationModel {
 // dropout output vanish: probs x V then saves the softmax output, already counted.
 ActivationModel single_device_activation_model(const LayerConfig& config);
 
+// The model of config.mode on config.degree = t ranks, per rank (Korthikanti et al. 2022, eq. 2
+// for tp, section 4.2.2 for tp-sp; Ulysses shards every activation by t):
+//   tp       sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t
+//   tp-sp    (sbh(16A + 2M) + as^2b(2A + M))/t, or with the gathered linear inputs kept
+//            sbh(2A + (14A + 2M)/t) + as^2b(2A + M)/t
+//   ulysses  (sbh(16A + 2M) + as^2b(2A + M))/t
+ActivationModel activation_model(const LayerConfig& config, bool keep_gathered_input);
+std::string formula_text(const LayerConfig& config, bool keep_gathered_input);
+
 }  // namespace shardscope

@@ -6,6 +6,7 @@
 #include "autograd/errors.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/ops.h"
+#include "parallel/attention_core.h"
 
 namespace shardscope {
 
@@ -101,51 +102,13 @@ Tensor TransformerLayer::linear(const std::string& scope, const Tensor& x, const
   return add(matmul(x, w), b);
 }
 
-Tensor TransformerLayer::drop(const std::string& scope, const Tensor& x, int site) const {
-  ScopeGuard s(x.ctx(), scope);
-  DropoutSpec spec;
-  spec.p = config_.dropout;
-  spec.seed = config_.seed;
-  spec.stream = dropout_stream(config_.layer, site);
-  spec.step = static_cast<std::uint32_t>(x.ctx().step());
-  return dropout(x, spec);
-}
-
 Tensor TransformerLayer::attention(const Tensor& x) const {
-  Context& ctx = x.ctx();
-  ScopeGuard attn(ctx, "attn");
-  const std::int64_t s = config_.seq, b = config_.batch, a = config_.heads;
-  const std::int64_t d = config_.head_dim();
+  ScopeGuard attn(x.ctx(), "attn");
   Tensor qkv = linear("qkv", x, weights_.qkv_weight, weights_.qkv_bias);  // [s, b, 3h]
-  Tensor q, k, v;
-  {
-    ScopeGuard heads(ctx, "heads");
-    // [s, b, a, 3, d] -> [3, b, a, s, d] -> q, k, v each [b, a, s, d]
-    Tensor grouped = permute(reshape(qkv, {s, b, a, 3, d}), {3, 1, 2, 0, 4});
-    std::vector<Tensor> parts = chunk(grouped, 0, 3);
-    q = reshape(parts[0], {b, a, s, d});
-    k = reshape(parts[1], {b, a, s, d});
-    v = reshape(parts[2], {b, a, s, d});
-  }
-  Tensor scores;
-  {
-    ScopeGuard sc(ctx, "scores");
-    scores = scale(matmul(q, k, /*transpose_b=*/true), 1.0 / std::sqrt(static_cast<double>(d)));
-  }
-  Tensor probs;
-  {
-    ScopeGuard sm(ctx, "softmax");
-    probs = softmax(scores, config_.causal);  // [b, a, s, s]
-  }
-  probs = drop("dropout", probs, kAttentionProbs);
-  Tensor context;
-  {
-    ScopeGuard cx(ctx, "context");
-    // [b, a, s, d] -> [s, b, a, d] -> [s, b, h]
-    context = reshape(permute(matmul(probs, v), {2, 0, 1, 3}), {s, b, a * d});
-  }
+  const HeadTensors heads = split_heads(qkv, config_.heads, config_.head_dim());
+  Tensor context = merge_heads(attention_core(config_, heads, 0));
   Tensor out = linear("proj", context, weights_.proj_weight, weights_.proj_bias);
-  return drop("out_dropout", out, kAttentionOutput);
+  return layer_dropout(config_, "out_dropout", out, kAttentionOutput);
 }
 
 Tensor TransformerLayer::mlp(const Tensor& x) const {
@@ -156,7 +119,7 @@ Tensor TransformerLayer::mlp(const Tensor& x) const {
     h = gelu(h);
   }
   h = linear("fc2", h, weights_.fc2_weight, weights_.fc2_bias);
-  return drop("dropout", h, kMlpOutput);
+  return layer_dropout(config_, "dropout", h, kMlpOutput);
 }
 
 Tensor TransformerLayer::forward(const Tensor& x) const {

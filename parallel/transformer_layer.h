@@ -60,7 +60,6 @@ class TransformerLayer {
   Tensor attention(const Tensor& x) const;
   Tensor mlp(const Tensor& x) const;
   Tensor linear(const std::string& scope, const Tensor& x, const Tensor& w, const Tensor& b) const;
-  Tensor drop(const std::string& scope, const Tensor& x, int site) const;
 
   LayerConfig config_;
   LayerWeights weights_;

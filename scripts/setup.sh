@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev clang-format
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

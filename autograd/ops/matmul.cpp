@@ -1,4 +1,5 @@
 // matmul: forward and backward side by side. All products go through the GEMM descriptor.
+#include <algorithm>
 #include <string>
 
 #include "autograd/errors.h"
@@ -89,6 +90,35 @@ std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads
 }
 
 }  // namespace
+
+namespace ops_detail {
+
+Tensor linear_values(const Tensor& x, const Tensor& w) {
+  std::vector<std::int64_t> dims = x.shape().dims();
+  dims.back() = w.dim(1);
+  Tensor y = new_tensor(x.ctx(), Shape(dims), x.dtype());
+  run_gemm(x, false, w, false, y, x.numel() / std::max<std::int64_t>(x.dim(-1), 1), w.dim(1),
+           w.dim(0), 1, true);
+  return y;
+}
+
+Tensor linear_grad_input(const Tensor& dy, const Tensor& w) {
+  std::vector<std::int64_t> dims = dy.shape().dims();
+  dims.back() = w.dim(0);
+  Tensor dx = new_tensor(dy.ctx(), Shape(dims), dy.dtype());
+  run_gemm(dy, false, w, true, dx, dy.numel() / std::max<std::int64_t>(dy.dim(-1), 1), w.dim(0),
+           w.dim(1), 1, true);
+  return dx;
+}
+
+Tensor linear_grad_weight(const Tensor& x, const Tensor& dy) {
+  Tensor dw = new_tensor(x.ctx(), Shape{x.dim(-1), dy.dim(-1)}, x.dtype());
+  run_gemm(x, true, dy, false, dw, x.dim(-1), dy.dim(-1),
+           x.numel() / std::max<std::int64_t>(x.dim(-1), 1), 1, false);
+  return dw;
+}
+
+}  // namespace ops_detail
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
   OpRecord r("matmul", {a, b});

@@ -54,6 +54,12 @@ int checked_dim(const std::string& where, const Tensor& x, int dim);
 // True when `suffix` equals the trailing dims of `full` (bias broadcasting).
 bool is_suffix(const Shape& suffix, const Shape& full);
 
+// Matrix products on values (no graph, no events), for ops built from other ops' math such as a
+// fused sequence-parallel linear. x is [..., in], w [in, out], dy [..., out].
+Tensor linear_values(const Tensor& x, const Tensor& w);              // x w: [..., out]
+Tensor linear_grad_input(const Tensor& dy, const Tensor& w);         // dy w^T: [..., in]
+Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);        // x^T dy: [in, out]
+
 // A new tensor in the op's context with `like`'s shape and dtype (or the given ones).
 Tensor new_like(const Tensor& like);
 Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype);

@@ -1,0 +1,104 @@
+// The check, communication and memory tables of `shardscope run`.
+#include <cstdio>
+
+#include "apps/run.h"
+#include "parallel/memory_model.h"
+
+namespace shardscope {
+namespace {
+
+bool same_key(const CommLine& a, const CommLine& b) {
+  return a.kind == b.kind && a.phase == b.phase && a.purpose == b.purpose;
+}
+
+void print_comm_line(const char* kind, const char* phase, const char* purpose, int count,
+                     double bytes, int model_count, double model_bytes, std::ostream& out) {
+  char line[200];
+  const bool match = count == model_count && bytes == model_bytes;
+  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7d %16.0f %7d %16.0f  %s\n", kind, phase,
+                purpose, count, bytes, model_count, model_bytes, match ? "match" : "DIFFERS");
+  out << line;
+}
+
+}  // namespace
+
+void print_check_table(const CheckResult& check, std::ostream& out) {
+  char line[200];
+  out << "\nreference check against the single-device layer (same weights and data; pass when "
+         "max_rel_err <= "
+      << check.tolerance << ")\n";
+  std::snprintf(line, sizeof line, "%-26s %14s %14s  %s\n", "tensor", "max_abs_err", "max_rel_err",
+                "result");
+  out << line;
+  for (const TensorCheck& t : check.tensors) {
+    std::snprintf(line, sizeof line, "%-26s %14.3e %14.3e  %s\n", t.name.c_str(), t.max_abs_err,
+                  t.max_rel_err, t.passed ? "pass" : "FAIL");
+    out << line;
+  }
+  out << "check " << (check.passed ? "passed" : "FAILED") << "\n";
+}
+
+void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,
+                      std::ostream& out) {
+  char line[200];
+  out << "\ncommunication per rank, step 0 (ring formulas; param_grad, loss and check apart)\n";
+  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7s %16s %7s %16s\n", "collective", "phase",
+                "purpose", "calls", "bytes sent", "model", "model bytes");
+  out << line;
+  double total = 0, model_total = 0;
+  for (const CommLine& m : measured) {
+    int model_count = 0;
+    double model_bytes = 0;
+    for (const CommLine& e : model) {
+      if (same_key(m, e)) model_count = e.count, model_bytes = e.bytes_sent;
+    }
+    const bool modelled =
+        m.purpose == CommPurpose::activation || m.purpose == CommPurpose::param_grad;
+    if (m.purpose == CommPurpose::activation) total += m.bytes_sent;
+    print_comm_line(collective_name(m.kind), phase_name(m.phase), comm_purpose_name(m.purpose),
+                    m.count, m.bytes_sent, modelled ? model_count : m.count,
+                    modelled ? model_bytes : m.bytes_sent, out);
+  }
+  for (const CommLine& e : model) {
+    bool seen = false;
+    for (const CommLine& m : measured) seen = seen || same_key(m, e);
+    if (e.purpose == CommPurpose::activation) model_total += e.bytes_sent;
+    if (!seen) {
+      print_comm_line(collective_name(e.kind), phase_name(e.phase), comm_purpose_name(e.purpose), 0,
+                      0, e.count, e.bytes_sent, out);
+    }
+  }
+  std::snprintf(line, sizeof line, "%-38s %7s %16.0f %7s %16.0f  %s\n",
+                "total (activations, forward + backward)", "", total, "", model_total,
+                total == model_total ? "match" : "DIFFERS");
+  out << line;
+}
+
+void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream& out) {
+  char line[256];
+  out << "\nsaved activation memory of layer " << c.layer << ", rank " << m.rank
+      << ", after the forward of step 0 (A = " << dtype_size(c.dtype) << " bytes, "
+      << dtype_name(c.dtype) << "; M = 1 byte, u8 mask; s=" << c.seq << " b=" << c.batch
+      << " h=" << c.hidden << " a=" << c.heads << ", t=" << c.degree << ")\n";
+  std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12s %12s\n", "term", "saved by", "formula",
+                "measured B", "formula B");
+  out << line;
+  for (const MeasuredTerm& t : m.terms) {
+    std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12.0f %12.0f%s\n", t.what.c_str(),
+                  (t.scope + "/" + t.op).c_str(), t.formula.c_str(), t.measured_bytes,
+                  t.model_bytes, t.measured_bytes == t.model_bytes ? "" : "  <- differs");
+    out << line;
+  }
+  const bool match = m.saved_activation_bytes == m.formula_bytes;
+  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", "total", m.formula.c_str(),
+                m.saved_activation_bytes, m.formula_bytes, match ? "match" : "MISMATCH");
+  out << line;
+  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f\n", "extras (LayerNorm mean, rstd)",
+                "not in the formula", m.extras_bytes, m.formula_extras_bytes);
+  out << line;
+  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f\n", "peak live bytes",
+                "all categories, whole run", m.peak_bytes);
+  out << line;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,273 @@
+// ParallelTransformerLayer: TP, TP-SP and Ulysses.
+#include "parallel/parallel_layer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/backend.h"
+#include "autograd/ops.h"
+#include "parallel/attention_core.h"
+#include "parallel/collective_ops.h"
+
+namespace shardscope {
+namespace {
+
+bool sequence_sharded(ParallelMode mode) {
+  return mode == ParallelMode::tp_sp || mode == ParallelMode::ulysses;
+}
+
+// Where each full weight goes in tp and tp-sp (Ulysses replicates all of them).
+Placement tp_placement(const std::string& name) {
+  if (name == "attn.qkv.weight" || name == "mlp.fc1.weight") return Placement::shard(1);
+  if (name == "attn.qkv.bias" || name == "mlp.fc1.bias") return Placement::shard(0);
+  if (name == "attn.proj.weight" || name == "mlp.fc2.weight") return Placement::shard(0);
+  return Placement::replicate();  // LayerNorms and the row-parallel biases
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ArgumentError(message);
+}
+
+}  // namespace
+
+void validate_parallel_config(const LayerConfig& c) {
+  c.validate();
+  if (c.mode == ParallelMode::single) return;
+  const std::string t = std::to_string(c.degree);
+  const std::string mode = std::string("--mode ") + mode_name(c.mode);
+  if (c.mode == ParallelMode::ulysses) {
+    require(c.degree <= c.heads, mode + ": --degree " + t + " is above --heads " +
+                                     std::to_string(c.heads) +
+                                     " (Ulysses gives each rank whole heads)");
+  }
+  require(c.heads % c.degree == 0,
+          mode + ": --heads " + std::to_string(c.heads) + " must be divisible by --degree " + t);
+  require(c.hidden % c.degree == 0,
+          mode + ": --hidden " + std::to_string(c.hidden) + " must be divisible by --degree " + t);
+  if (sequence_sharded(c.mode)) {
+    require(c.seq % c.degree == 0, mode + ": --seq " + std::to_string(c.seq) +
+                                       " must be divisible by --degree " + t +
+                                       " (each rank holds s/t positions)");
+  }
+}
+
+ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, ProcessGroup& group,
+                                                   const LayerWeights& full,
+                                                   const ParallelLinearOptions& linear)
+    : config_(config), group_(group), linear_(linear) {
+  validate_parallel_config(config_);
+  if (config_.mode == ParallelMode::single) {
+    throw ArgumentError("ParallelTransformerLayer runs tp, tp-sp or ulysses; use TransformerLayer");
+  }
+  if (group.size() != config_.degree) {
+    throw ArgumentError("ParallelTransformerLayer: --degree " + std::to_string(config_.degree) +
+                        " but the group has " + std::to_string(group.size()) + " ranks");
+  }
+  linear_.sequence_parallel = config_.mode == ParallelMode::tp_sp;
+  for (const auto& [name, tensor] : full.named()) {
+    ShardedParameter p;
+    p.name = name;
+    p.global = tensor.shape();
+    p.placement =
+        config_.mode == ParallelMode::ulysses ? Placement::replicate() : tp_placement(name);
+    p.partial_grad = config_.mode == ParallelMode::ulysses ||
+                     (config_.mode == ParallelMode::tp_sp && !p.placement.is_shard());
+    const Tensor slice = slice_of_full(tensor, p.placement, group.rank(), group.size());
+    p.local = Tensor::parameter(slice.copy_to(group.ctx()), name);
+    params_.push_back(std::move(p));
+  }
+}
+
+Placement ParallelTransformerLayer::activation_placement() const {
+  return sequence_sharded(config_.mode) ? Placement::shard(0) : Placement::replicate();
+}
+
+const Tensor& ParallelTransformerLayer::param(const char* name) const {
+  for (const ShardedParameter& p : params_) {
+    if (p.name == name) return p.local;
+  }
+  throw ArgumentError(std::string("no parameter ") + name);
+}
+
+ParallelTensor ParallelTransformerLayer::dropout_block(const char* scope, const ParallelTensor& x,
+                                                       int site) const {
+  std::vector<std::int64_t> offset;
+  if (x.placement.is_shard()) {
+    offset.assign(static_cast<std::size_t>(x.global.rank()), 0);
+    offset[static_cast<std::size_t>(x.placement.dim)] =
+        group_.rank() * x.local.dim(x.placement.dim);
+  }
+  return {layer_dropout(config_, scope, x.local, site, x.global, offset), x.placement, x.global};
+}
+
+ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) const {
+  if (config_.mode == ParallelMode::ulysses) return attention_ulysses(x);
+  Context& ctx = x.local.ctx();
+  ScopeGuard attn(ctx, "attn");
+  const std::int64_t heads = config_.heads / group_.size();
+  ParallelTensor qkv;
+  {
+    ScopeGuard s(ctx, "qkv");
+    qkv = column_parallel_linear(group_, x, param("attn.qkv.weight"), param("attn.qkv.bias"),
+                                 linear_);
+  }
+  const HeadTensors h = split_heads(qkv.local, heads, config_.head_dim());
+  Tensor context = merge_heads(attention_core(config_, h, group_.rank() * heads));
+  const Shape full{config_.seq, config_.batch, config_.hidden};
+  ParallelTensor out;
+  {
+    ScopeGuard s(ctx, "proj");
+    out = row_parallel_linear(
+        group_, ParallelTensor::make(context, Placement::shard(2), full, group_.size()),
+        param("attn.proj.weight"), param("attn.proj.bias"), linear_);
+  }
+  return dropout_block("out_dropout", out, kAttentionOutput);
+}
+
+ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor& x) const {
+  Context& ctx = x.local.ctx();
+  ScopeGuard attn(ctx, "attn");
+  const int t = group_.size();
+  const std::int64_t s = x.local.dim(0), b = config_.batch, a = config_.heads;
+  const std::int64_t d = config_.head_dim();
+  Tensor qkv;
+  {
+    ScopeGuard q(ctx, "qkv");
+    qkv = add(matmul(x.local, param("attn.qkv.weight")), param("attn.qkv.bias"));  // [s/t, b, 3h]
+  }
+  HeadTensors heads;
+  {
+    ScopeGuard hs(ctx, "heads");
+    // [s/t, b, a, 3, d] -> [3, s/t, b, a, d]; each of q, k, v goes from sequence to head shards.
+    std::vector<Tensor> parts =
+        chunk(permute(reshape(qkv, {s, b, a, 3, d}), {3, 0, 1, 2, 4}), 0, 3);
+    Tensor* slots[] = {&heads.q, &heads.k, &heads.v};
+    const Shape global{s * t, b, a, d};
+    for (int i = 0; i < 3; ++i) {
+      const ParallelTensor seq_sharded =
+          ParallelTensor::make(reshape(parts[static_cast<std::size_t>(i)], {s, b, a, d}),
+                               Placement::shard(0), global, t);
+      *slots[i] = permute(seq_to_heads(group_, seq_sharded).local, {1, 2, 0, 3});  // [b, a/t, s, d]
+    }
+  }
+  Tensor context = attention_core(config_, heads, group_.rank() * (a / t));  // [b, a/t, s, d]
+  Tensor merged;
+  {
+    ScopeGuard c(ctx, "context");
+    const ParallelTensor head_sharded = ParallelTensor::make(
+        permute(context, {2, 0, 1, 3}), Placement::shard(2), Shape{s * t, b, a, d}, t);
+    merged = reshape(heads_to_seq(group_, head_sharded).local, {s, b, a * d});
+  }
+  Tensor out;
+  {
+    ScopeGuard p(ctx, "proj");
+    out = add(matmul(merged, param("attn.proj.weight")), param("attn.proj.bias"));
+  }
+  return dropout_block("out_dropout", {out, x.placement, x.global}, kAttentionOutput);
+}
+
+ParallelTensor ParallelTransformerLayer::mlp(const ParallelTensor& x) const {
+  Context& ctx = x.local.ctx();
+  ScopeGuard m(ctx, "mlp");
+  if (config_.mode == ParallelMode::ulysses) {
+    Tensor h;
+    {
+      ScopeGuard s(ctx, "fc1");
+      h = add(matmul(x.local, param("mlp.fc1.weight")), param("mlp.fc1.bias"));
+    }
+    {
+      ScopeGuard s(ctx, "gelu");
+      h = gelu(h);
+    }
+    {
+      ScopeGuard s(ctx, "fc2");
+      h = add(matmul(h, param("mlp.fc2.weight")), param("mlp.fc2.bias"));
+    }
+    return dropout_block("dropout", {h, x.placement, x.global}, kMlpOutput);
+  }
+  ParallelTensor h;
+  {
+    ScopeGuard s(ctx, "fc1");
+    h = column_parallel_linear(group_, x, param("mlp.fc1.weight"), param("mlp.fc1.bias"), linear_);
+  }
+  {
+    ScopeGuard s(ctx, "gelu");
+    h.local = gelu(h.local);
+  }
+  {
+    ScopeGuard s(ctx, "fc2");
+    h = row_parallel_linear(group_, h, param("mlp.fc2.weight"), param("mlp.fc2.bias"), linear_);
+  }
+  return dropout_block("dropout", h, kMlpOutput);
+}
+
+ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const {
+  Context& ctx = x.local.ctx();
+  const Shape full{config_.seq, config_.batch, config_.hidden};
+  if (x.global != full || x.local.dtype() != config_.dtype) {
+    throw ShapeError("ParallelTransformerLayer (layer " + std::to_string(config_.layer) +
+                     ", rank " + std::to_string(group_.rank()) + "): input must be " +
+                     dtype_name(config_.dtype) + full.str() + ", given " + x.str());
+  }
+  expect_placement(ctx.where("transformer_layer"), x, activation_placement());
+  LayerGuard layer(ctx, config_.layer);
+  ParallelTensor ln1{Tensor(), x.placement, x.global};
+  {
+    ScopeGuard s(ctx, "ln1");
+    ln1.local = layernorm(x.local, param("ln1.weight"), param("ln1.bias"), config_.layernorm_eps);
+  }
+  const ParallelTensor attn_out = attention(ln1);
+  ParallelTensor h1{Tensor(), x.placement, x.global};
+  {
+    ScopeGuard r(ctx, "residual1");
+    h1.local = add(x.local, attn_out.local);
+  }
+  ParallelTensor ln2{Tensor(), x.placement, x.global};
+  {
+    ScopeGuard s(ctx, "ln2");
+    ln2.local = layernorm(h1.local, param("ln2.weight"), param("ln2.bias"), config_.layernorm_eps);
+  }
+  const ParallelTensor mlp_out = mlp(ln2);
+  ScopeGuard r(ctx, "residual2");
+  return {add(h1.local, mlp_out.local), x.placement, x.global};
+}
+
+void ParallelTransformerLayer::reduce_parameter_gradients() {
+  Context& ctx = group_.ctx();
+  NoGradGuard no_grad(ctx);
+  LayerGuard layer(ctx, config_.layer);
+  const Phase phase = ctx.phase();
+  ctx.set_phase(Phase::backward);  // these reductions finish the backward
+  ScopeGuard scope(ctx, "grad_reduce");
+  for (ShardedParameter& p : params_) {
+    if (!p.partial_grad || !p.local.grad().defined()) continue;
+    Tensor g = p.local.grad();
+    group_.all_reduce(g, ReduceOp::sum, CommPurpose::param_grad);
+  }
+  ctx.set_phase(phase);
+}
+
+void ParallelTransformerLayer::check_replicated() const {
+  for (const ShardedParameter& p : params_) {
+    if (p.placement.is_shard()) continue;
+    const Tensor tensors[] = {p.local, p.local.grad()};
+    for (int i = 0; i < 2; ++i) {
+      if (!tensors[i].defined()) continue;
+      // max over ranks of x and of -x: equal on every rank iff max(x) == -max(-x).
+      Tensor hi = tensors[i].clone(), lo = tensors[i].clone();
+      group_.ctx().backend().scale(lo, -1.0, lo);
+      group_.all_reduce(hi, ReduceOp::max, CommPurpose::check);
+      group_.all_reduce(lo, ReduceOp::max, CommPurpose::check);
+      const std::vector<double> a = hi.to_vector(), b = lo.to_vector();
+      double worst = 0;
+      for (std::size_t j = 0; j < a.size(); ++j) worst = std::max(worst, a[j] + b[j]);
+      if (worst != 0) {
+        throw Error("replicated " + std::string(i ? "gradient of " : "parameter ") + p.name +
+                    " differs across ranks by up to " + std::to_string(worst) + " (rank " +
+                    std::to_string(group_.rank()) + "): is a gradient all-reduce missing?");
+      }
+    }
+  }
+}
+
+}  // namespace shardscope

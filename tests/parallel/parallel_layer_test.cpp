@@ -1,0 +1,163 @@
+// Every parallel mode against the single-device layer: output, input gradient and every
+// parameter gradient (the reference check), saved activation bytes against the mode's formula
+// term by term, and the collectives against the communication model, at several degrees.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <tuple>
+
+#include "parallel/layer_run.h"
+#include "parallel/memory_model.h"
+#include "parallel/parallel_layer.h"
+
+namespace shardscope {
+namespace {
+
+using ::testing::HasSubstr;
+
+// s = 12, h = 48, a = 12: divisible by the degrees 1, 2, 3 and 4 in every mode.
+LayerRunSpec small_spec(ParallelMode mode, int degree, double dropout, DType dtype) {
+  LayerRunSpec spec;
+  spec.layer.seq = 12;
+  spec.layer.batch = 2;
+  spec.layer.hidden = 48;
+  spec.layer.heads = 12;
+  spec.layer.dropout = dropout;
+  spec.layer.dtype = dtype;
+  spec.layer.mode = mode;
+  spec.layer.degree = degree;
+  spec.steps = 1;
+  return spec;
+}
+
+std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec) {
+  std::vector<RankRun> runs(static_cast<std::size_t>(spec.layer.degree));
+  std::mutex mutex;
+  SpmdOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  run_spmd(spec.layer.degree, options, [&](RankEnv& env) {
+    RankRun run = run_layer_rank(env, spec);
+    std::lock_guard<std::mutex> lock(mutex);
+    runs[static_cast<std::size_t>(env.rank)] = std::move(run);
+  });
+  return runs;
+}
+
+void expect_comm_matches_model(const std::vector<CommLine>& measured,
+                               const std::vector<CommLine>& model, const std::string& what) {
+  std::vector<CommLine> modelled;
+  for (const CommLine& m : measured) {
+    if (m.purpose == CommPurpose::activation || m.purpose == CommPurpose::param_grad) {
+      modelled.push_back(m);
+    }
+  }
+  ASSERT_EQ(modelled.size(), model.size()) << what;
+  for (const CommLine& e : model) {
+    bool found = false;
+    for (const CommLine& m : modelled) {
+      if (m.kind == e.kind && m.phase == e.phase && m.purpose == e.purpose) {
+        found = true;
+        EXPECT_EQ(m.count, e.count) << what << " " << collective_name(e.kind);
+        EXPECT_EQ(m.bytes_sent, e.bytes_sent) << what << " " << collective_name(e.kind);
+      }
+    }
+    EXPECT_TRUE(found) << what << ": no " << collective_name(e.kind) << " " << phase_name(e.phase);
+  }
+}
+
+using ModeCase = std::tuple<ParallelMode, int, double, DType>;
+
+class ParallelModes : public ::testing::TestWithParam<ModeCase> {};
+
+TEST_P(ParallelModes, MatchTheSingleDeviceLayerAndTheModels) {
+  const auto [mode, degree, dropout, dtype] = GetParam();
+  const LayerRunSpec spec = small_spec(mode, degree, dropout, dtype);
+  const std::string what = std::string(mode_name(mode)) + " t=" + std::to_string(degree);
+  const std::vector<RankRun> runs = run_all_ranks(spec);
+  const CheckResult& check = runs[0].check;
+  ASSERT_TRUE(check.ran);
+  EXPECT_EQ(check.tensors.size(), 14u);  // output, input.grad and twelve parameter gradients
+  for (const TensorCheck& t : check.tensors) {
+    EXPECT_TRUE(t.passed) << what << ": " << t.name << " max_rel_err " << t.max_rel_err;
+  }
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
+    EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
+    for (const MeasuredTerm& term : run.memory.terms) {
+      EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
+    }
+    expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, ParallelModes,
+                         ::testing::Combine(::testing::Values(ParallelMode::tp, ParallelMode::tp_sp,
+                                                              ParallelMode::ulysses),
+                                            ::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(0.0, 0.1),
+                                            ::testing::Values(DType::f32, DType::f64)));
+
+TEST(ParallelLayer, KeepingTheGatheredInputMatchesItsFormula) {
+  LayerRunSpec spec = small_spec(ParallelMode::tp_sp, 4, 0.1, DType::f32);
+  spec.keep_gathered_input = true;
+  const std::vector<RankRun> runs = run_all_ranks(spec);
+  EXPECT_TRUE(runs[0].check.passed);
+  const double A = 4, M = 1, t = 4, sbh = 12.0 * 2 * 48, as2b = 12.0 * 12 * 12 * 2;
+  EXPECT_EQ(runs[0].memory.formula_bytes,
+            sbh * (2 * A + (14 * A + 2 * M) / t) + as2b * (2 * A + M) / t);
+  EXPECT_EQ(runs[0].memory.saved_activation_bytes, runs[0].memory.formula_bytes);
+  expect_comm_matches_model(runs[0].comm, comm_model(spec.layer, true), "tp-sp keep");
+}
+
+TEST(ParallelLayer, FormulasAtThePapersShapesMatchTheirClosedForms) {
+  // The per-mode closed forms of docs/derivations.md, evaluated independently of the terms.
+  LayerConfig c;
+  c.seq = 64;
+  c.batch = 2;
+  c.hidden = 64;
+  c.heads = 8;
+  c.degree = 4;
+  const double A = 4, M = 1, t = 4, sbh = 64.0 * 2 * 64, as2b = 8.0 * 64 * 64 * 2;
+  c.mode = ParallelMode::tp;
+  EXPECT_EQ(activation_model(c, false).total_bytes,
+            sbh * (4 * A + 2 * M + 12 * A / t) + as2b * (2 * A + M) / t);
+  c.mode = ParallelMode::tp_sp;
+  EXPECT_EQ(activation_model(c, false).total_bytes,
+            (sbh * (16 * A + 2 * M) + as2b * (2 * A + M)) / t);
+  c.mode = ParallelMode::ulysses;
+  EXPECT_EQ(activation_model(c, false).total_bytes,
+            (sbh * (16 * A + 2 * M) + as2b * (2 * A + M)) / t);
+}
+
+TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
+  struct Case {
+    ParallelMode mode;
+    std::int64_t seq, hidden, heads;
+    int degree;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {ParallelMode::tp, 16, 32, 4, 3, "--heads 4 must be divisible by --degree 3"},
+      {ParallelMode::tp_sp, 10, 32, 4, 4, "--seq 10 must be divisible by --degree 4"},
+      {ParallelMode::ulysses, 16, 32, 4, 8, "--degree 8 is above --heads 4"},
+      {ParallelMode::ulysses, 18, 36, 6, 4, "--heads 6 must be divisible by --degree 4"},
+  };
+  for (const Case& k : cases) {
+    LayerConfig c;
+    c.mode = k.mode;
+    c.seq = k.seq;
+    c.hidden = k.hidden;
+    c.heads = k.heads;
+    c.degree = k.degree;
+    try {
+      validate_parallel_config(c);
+      ADD_FAILURE() << k.expected << ": accepted";
+    } catch (const ArgumentError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(k.expected));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
