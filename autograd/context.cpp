@@ -30,22 +30,32 @@ const char* memory_category_name(MemoryCategory c) {
 
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::all_gather: return "all_gather";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::all_to_all: return "all_to_all";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::barrier: return "barrier";
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::all_to_all:
+      return "all_to_all";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::barrier:
+      return "barrier";
   }
   return "?";
 }
 
 const char* comm_purpose_name(CommPurpose purpose) {
   switch (purpose) {
-    case CommPurpose::activation: return "activation";
-    case CommPurpose::param_grad: return "param_grad";
-    case CommPurpose::loss: return "loss";
-    case CommPurpose::check: return "check";
+    case CommPurpose::activation:
+      return "activation";
+    case CommPurpose::param_grad:
+      return "param_grad";
+    case CommPurpose::loss:
+      return "loss";
+    case CommPurpose::check:
+      return "check";
   }
   return "?";
 }

@@ -92,11 +92,11 @@ struct CollectiveEvent {
   ReduceOp reduce = ReduceOp::sum;
   CommPurpose purpose = CommPurpose::activation;
   int group_size = 1;
-  std::int64_t count = 0;       // elements of this rank's send buffer
+  std::int64_t count = 0;  // elements of this rank's send buffer
   DType dtype = DType::f32;
-  double full_bytes = 0;        // N of the ring formula (see parallel/comm_model.h)
-  double bytes_sent = 0;        // bytes this rank sends by the ring formula
-  std::uint64_t seq = 0;        // the issuing op's number
+  double full_bytes = 0;  // N of the ring formula (see parallel/comm_model.h)
+  double bytes_sent = 0;  // bytes this rank sends by the ring formula
+  std::uint64_t seq = 0;  // the issuing op's number
 };
 
 class Observer {

@@ -66,11 +66,13 @@ std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input)
       line(CollectiveKind::all_to_all, fwd, act, 4, sbh_bytes / t);
       line(CollectiveKind::all_to_all, bwd, act, 4, sbh_bytes / t);
       // One all-reduce per parameter; the full sizes, in the order of LayerWeights::named().
-      const double sizes[] = {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h};
+      const double sizes[] = {h, h, 3 * h * h, 3 * h, h * h,     h,
+                              h, h, 4 * h * h, 4 * h, 4 * h * h, h};
       for (double n : sizes) line(CollectiveKind::all_reduce, bwd, grad, 1, n * A);
       break;
     }
-    case ParallelMode::single: break;
+    case ParallelMode::single:
+      break;
   }
   return out;
 }

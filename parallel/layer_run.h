@@ -62,8 +62,8 @@ struct RankRun {
   std::vector<StepRecord> steps;
   RankMemory memory;
   std::vector<RankMemory> group_memory;  // every rank's totals (no terms), gathered at the end
-  std::vector<CommLine> comm;  // step 0, every purpose
-  CheckResult check;           // filled on rank 0
+  std::vector<CommLine> comm;            // step 0, every purpose
+  CheckResult check;                     // filled on rank 0
 };
 
 // The tolerance on max_rel_err for a dtype (docs/derivations.md says why).

@@ -56,9 +56,9 @@ bool is_suffix(const Shape& suffix, const Shape& full);
 
 // Matrix products on values (no graph, no events), for ops built from other ops' math such as a
 // fused sequence-parallel linear. x is [..., in], w [in, out], dy [..., out].
-Tensor linear_values(const Tensor& x, const Tensor& w);              // x w: [..., out]
-Tensor linear_grad_input(const Tensor& dy, const Tensor& w);         // dy w^T: [..., in]
-Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);        // x^T dy: [in, out]
+Tensor linear_values(const Tensor& x, const Tensor& w);        // x w: [..., out]
+Tensor linear_grad_input(const Tensor& dy, const Tensor& w);   // dy w^T: [..., in]
+Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);  // x^T dy: [in, out]
 
 // A new tensor in the op's context with `like`'s shape and dtype (or the given ones).
 Tensor new_like(const Tensor& like);
