@@ -97,6 +97,12 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
       {"run --lr -1", "--lr must be a finite number > 0"},
       {"run --seq 4294967296 --batch 4294967296 --hidden 4 --heads 4", "more than the 1e12"},
       {"run --seq abc", "--seq"},
+      {"run --mode tp --degree 3 --heads 4", "--heads 4 must be divisible by --degree 3"},
+      {"run --mode tp-sp --degree 4 --seq 10", "--seq 10 must be divisible by --degree 4"},
+      {"run --mode ulysses --degree 8 --heads 4 --hidden 32", "--degree 8 is above --heads 4"},
+      {"run --mode single --degree 2", "--degree must be 1"},
+      {"run --comm carrier-pigeon", "--comm carrier-pigeon is not a communicator"},
+      {"run --mode tp --degree 2 --keep-gathered-input", "applies to --mode tp-sp only"},
       {"run --no-such-flag", "--no-such-flag"},
       {"", "subcommand"},
   };
@@ -106,6 +112,34 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
     EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.args;
     EXPECT_EQ(count_lines(r.output), 1) << c.args << "\n" << r.output;
   }
+}
+
+TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
+  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_parallel.json";
+  for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
+    std::filesystem::remove(path);
+    const Result r = run_cli(std::string("run --mode ") + mode +
+                             " --degree 4 --seq 8 --batch 2 --hidden 16 --heads 4 --steps 2 "
+                             "--report " +
+                             path.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("check passed")) << mode;
+    EXPECT_THAT(r.output, HasSubstr("communication per rank")) << mode;
+    EXPECT_THAT(r.output, Not(HasSubstr("DIFFERS"))) << mode;
+    EXPECT_THAT(r.output, Not(HasSubstr("MISMATCH"))) << mode;
+    std::ifstream file(path);
+    const nlohmann::json j = nlohmann::json::parse(file);
+    EXPECT_EQ(j["config"]["mode"], mode);
+    EXPECT_TRUE(j["check"]["passed"].get<bool>());
+    EXPECT_EQ(j["check"]["tensors"].size(), 14u);
+    EXPECT_EQ(j["comm"]["total_bytes_per_rank"], j["comm"]["model_bytes_per_rank"]);
+    EXPECT_GT(j["comm"]["total_bytes_per_rank"].get<double>(), 0.0);
+    ASSERT_EQ(j["memory"]["per_rank"].size(), 4u);
+    for (const auto& rank : j["memory"]["per_rank"]) {
+      EXPECT_EQ(rank["saved_activation_bytes"], rank["formula_bytes"]) << mode;
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Cli, AnUnwritableReportIsAnError) {
