@@ -98,6 +98,31 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ParallelModes,
                                             ::testing::Values(0.0, 0.1),
                                             ::testing::Values(DType::f32, DType::f64)));
 
+TEST(ParallelLayer, MemoryAndCommunicationMatchTheModelsOnOtherShapes) {
+  struct Shape4 {
+    std::int64_t s, b, h, a;
+  };
+  for (const Shape4 shape : {Shape4{8, 3, 32, 4}, Shape4{16, 1, 64, 8}}) {
+    for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+      for (int degree : {2, 4}) {
+        LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
+        spec.layer.seq = shape.s;
+        spec.layer.batch = shape.b;
+        spec.layer.hidden = shape.h;
+        spec.layer.heads = shape.a;
+        spec.check = false;
+        const std::string what = std::string(mode_name(mode)) + " t=" + std::to_string(degree) +
+                                 " s=" + std::to_string(shape.s) + " b=" + std::to_string(shape.b);
+        for (const RankRun& run : run_all_ranks(spec)) {
+          EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
+          EXPECT_FALSE(run.check.ran);
+          expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
+        }
+      }
+    }
+  }
+}
+
 TEST(ParallelLayer, KeepingTheGatheredInputMatchesItsFormula) {
   LayerRunSpec spec = small_spec(ParallelMode::tp_sp, 4, 0.1, DType::f32);
   spec.keep_gathered_input = true;
