@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/mlp_ln_command.h"
 #include "apps/report.h"
 #include "apps/run.h"
 #include "autograd/errors.h"
@@ -68,14 +69,20 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
                                      "train the Transformer layer for a few SGD steps "
                                      "and print its loss and activation memory");
   add_run_flags(*run, options, text);
+  MlpLnOptions mlp_ln_options;
+  CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
-    err << "shardscope: " << e.what() << " (see shardscope " << (run->parsed() ? "run " : "")
+    err << "shardscope: " << e.what() << " (see shardscope "
+        << (run->parsed()      ? "run "
+            : mlp_ln->parsed() ? "mlp-ln "
+                               : "")
         << "--help)\n";
     return 2;
   }
+  if (mlp_ln->parsed()) return mlp_ln_main(mlp_ln_options, out, err);
   try {  // flag values and their rules: exit 2
     options.spec.layer.mode = parse_mode(text.mode);
     options.spec.layer.dtype = parse_dtype(text.dtype);

@@ -149,4 +149,17 @@ TEST(Cli, AnUnwritableReportIsAnError) {
   EXPECT_THAT(r.output, HasSubstr("/nonexistent/x.json"));
 }
 
+TEST(Cli, MlpLnPrintsBothVerdictsAndRejectsAnFfnNotDivisibleByTheDegree) {
+  const Result r = run_cli("mlp-ln --degree 4 --seq 4 --batch 2 --hidden 16 --ffn 32 --norm both");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("exact: equals the single-device LayerNorm (max rel err"));
+  EXPECT_THAT(r.output, HasSubstr("local: a different model: output differs by"));
+  EXPECT_THAT(r.output, HasSubstr("te.ops.LayerNorm"));
+  EXPECT_THAT(r.output, HasSubstr("fc1.weight.grad"));
+  const Result bad = run_cli("mlp-ln --ffn 30 --degree 4");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--ffn 30 must be divisible by --degree 4"));
+  EXPECT_EQ(count_lines(bad.output), 1) << bad.output;
+}
+
 }  // namespace

@@ -1,0 +1,33 @@
+// `shardscope mlp-ln`: the Linear (column) -> LayerNorm over the sharded feature dim -> Linear
+// (row) block on threads (or MPI ranks), once per requested LayerNorm (exact, local or both),
+// each compared tensor by tensor with the single-device block, with a verdict per norm.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "parallel/mlp_ln_block.h"
+
+namespace CLI {
+class App;
+}
+
+namespace shardscope {
+
+// The defaults are the command line's.
+struct MlpLnOptions {
+  MlpLnConfig config;
+  std::string norm = "both";  // exact, local or both
+  std::string dtype = "f32";
+  std::string comm = "threads";
+};
+
+// Adds the `mlp-ln` subcommand and its flags to `app`; parsing writes into `options`.
+CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& options);
+
+// Checks the flags (exit 2 with one line on `err` naming the flag and the rule), runs the block
+// for each requested norm and prints the table and the verdicts on `out`. Returns 0; 1 when a
+// run fails; 3 when `exact` does not equal the single-device block.
+int mlp_ln_main(const MlpLnOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace shardscope
