@@ -2,7 +2,9 @@
 # The main job from a fresh Debian 12 machine: installs what is missing, builds shardscope, then
 # trains the Transformer layer single-device and under TP, TP-SP and Ulysses at degree 4 (ranks
 # are threads), printing for each the loss per step, the check against the single-device layer,
-# the communication table and the activation-memory table beside the papers' formulas.
+# the communication table and the activation-memory table beside the papers' formulas; then the
+# column-parallel linear -> LayerNorm -> row-parallel linear block with the exact and the local
+# distributed LayerNorm.
 # Extra arguments go to every `shardscope run` (for example --seq 256 --hidden 512 --heads 8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +19,5 @@ for mode in tp tp-sp ulysses; do
   ./build/default/apps/shardscope run --mode "$mode" --degree 4 "${shape[@]}" \
     --report "build/default/report-$mode.json" "$@"
 done
+echo
+./build/default/apps/shardscope mlp-ln --degree 4 --norm both
