@@ -88,18 +88,20 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     options.spec.layer.dtype = parse_dtype(text.dtype);
     options.comm = parse_comm_kind(text.comm);
     options.spec.check = !text.no_check;
+    if (options.comm == CommKind::mpi && run->count("--timeout-ms") > 0) {
+      throw ArgumentError("--timeout-ms applies to --comm threads; under mpi use mpirun --timeout");
+    }
     options.validate();
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
     return 2;
   }
-  try {  // the run itself: exit 1
+  try {  // the run itself: exit 1 (2 for a launch the flags made impossible, such as the
+         // wrong number of MPI processes; rank failures arrive as SpmdError)
     if (run->parsed()) return run_subcommand(options, out);
-  } catch (const std::bad_alloc&) {
-    const LayerConfig& c = options.spec.layer;
-    err << "shardscope: error: out of memory for s=" << c.seq << " b=" << c.batch
-        << " h=" << c.hidden << " a=" << c.heads << " (try smaller --seq, --batch or --hidden)\n";
-    return 1;
+  } catch (const ArgumentError& e) {
+    err << "shardscope: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";
     return 1;

@@ -59,7 +59,7 @@ void print_header(const ParsedFlags& p, std::ostream& out) {
 }
 
 void print_rows(const MlpLnComparison& r, std::ostream& out) {
-  for (const TensorDiff& d : r.vs_single) {
+  for (const TensorCheck& d : r.vs_single) {
     char line[160];
     std::snprintf(line, sizeof line, "%-6s %-18s %12.3e %12.3e\n", sharded_norm_name(r.norm),
                   d.name.c_str(), d.max_abs_err, d.max_rel_err);
@@ -69,7 +69,7 @@ void print_rows(const MlpLnComparison& r, std::ostream& out) {
 
 // One line per norm; false when `exact` does not equal the single-device block.
 bool print_verdict(const MlpLnComparison& r, const MlpLnConfig& c, std::ostream& out) {
-  const double tol = mlp_ln_tolerance(c.dtype);
+  const double tol = check_tolerance(c.dtype);
   const double worst = max_rel_err(r.vs_single);
   if (r.norm == ShardedNorm::exact) {
     if (worst <= tol) {

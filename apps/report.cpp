@@ -79,6 +79,7 @@ nlohmann::json comm_line_json(const CommLine& l) {
 nlohmann::json comm_json(const RunOptions& o, const RunResult& r) {
   nlohmann::json measured = nlohmann::json::array(), model = nlohmann::json::array();
   nlohmann::json param_grad = nlohmann::json::array(), other = nlohmann::json::array();
+  nlohmann::json model_param_grad = nlohmann::json::array();
   double total = 0, model_total = 0;
   for (const CommLine& l : r.rank0.comm) {
     if (l.purpose == CommPurpose::activation) {

@@ -155,11 +155,18 @@ ParallelTensor heads_to_seq(ProcessGroup& g, const ParallelTensor& x) {
 
 Tensor gather_to_full(ProcessGroup& g, const Tensor& local, Placement placement,
                       CommPurpose purpose) {
+  if (placement == Placement::partial()) {
+    throw PlacementError(local.ctx().where("gather_to_full") +
+                         ": a Partial tensor has no full value on one rank until it is reduced");
+  }
   if (!placement.is_shard()) return local;
   return gather_dim(g, local, placement.dim, purpose);
 }
 
 Tensor slice_of_full(const Tensor& full, Placement placement, int rank, int t) {
+  if (placement == Placement::partial()) {
+    throw PlacementError("slice_of_full: a full tensor has no single Partial slice");
+  }
   if (!placement.is_shard()) return full.clone();
   return slice_dim(full, placement.dim, rank, t);
 }

@@ -34,10 +34,11 @@ ParallelTensor seq_to_heads(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor heads_to_seq(ProcessGroup& group, const ParallelTensor& x);
 
 // Not autograd ops: plain collectives on values, for checks and reports.
-// The full tensor of a Replicate (itself) or Shard(d) (gathered along d) local tensor.
+// The full tensor of a Replicate (itself) or Shard(d) (gathered along d) local tensor; a Partial
+// one is a PlacementError.
 Tensor gather_to_full(ProcessGroup& group, const Tensor& local, Placement placement,
                       CommPurpose purpose);
-// This rank's slice of a full tensor under `placement` (Replicate: a copy).
+// This rank's slice of a full tensor under `placement` (Replicate: a copy; Partial: an error).
 Tensor slice_of_full(const Tensor& full, Placement placement, int rank, int t);
 
 }  // namespace shardscope

@@ -18,12 +18,6 @@
 namespace shardscope {
 namespace {
 
-// f32 sums of thousands of products in a different order (sharded GEMMs, collectives) differ by
-// a few ulp of the sum, about 1e-6 relative; 1e-4 leaves room for the layer's depth while any
-// real error (a missing reduction, a wrong slice) is of order 1. f64 rounding is 1e-16.
-constexpr double kTolF32 = 1e-4;
-constexpr double kTolF64 = 1e-10;
-
 // The single-device layer or the parallel one behind one interface.
 struct LayerHandle {
   std::unique_ptr<TransformerLayer> single;
@@ -40,10 +34,11 @@ struct LayerHandle {
     if (parallel) return parallel->forward(x);
     return {single->forward(x.local), x.placement, x.global};
   }
-  void finish_backward() {
-    if (!parallel) return;
-    parallel->reduce_parameter_gradients();
-    parallel->check_replicated();
+  void reduce_gradients() {
+    if (parallel) parallel->reduce_parameter_gradients();
+  }
+  void check_replicated() const {
+    if (parallel) parallel->check_replicated();
   }
 };
 
@@ -72,23 +67,7 @@ RankMemory measure_memory(const MemoryLedger& ledger, const LayerRunSpec& spec, 
   m.formula_extras_bytes = model.extras_bytes;
   m.saved_activation_bytes = static_cast<double>(ledger.saved_activation_bytes(spec.layer.layer));
   m.extras_bytes = static_cast<double>(ledger.extras_bytes(spec.layer.layer));
-  std::vector<MemoryLedger::SavedSite> sites = ledger.saved_by_site(spec.layer.layer);
-  for (const ActivationTerm& t : model.terms) {
-    MeasuredTerm row{t.what, t.scope, t.op, t.formula, t.bytes, 0};
-    for (auto& site : sites) {
-      if (site.role == SaveRole::activation && site.scope == t.scope && site.op == t.op) {
-        row.measured_bytes += static_cast<double>(site.bytes);
-        site.bytes = 0;  // claimed by this term
-      }
-    }
-    m.terms.push_back(row);
-  }
-  for (const auto& site : sites) {
-    if (site.role == SaveRole::activation && site.bytes > 0) {
-      m.terms.push_back(
-          {"(not in the model)", site.scope, site.op, "-", 0, static_cast<double>(site.bytes)});
-    }
-  }
+  m.terms = measure_terms(model, ledger, spec.layer.layer);
   return m;
 }
 
@@ -109,56 +88,56 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   return {sum_sq.item() / n, seed};
 }
 
-TensorCheck compare(const std::string& name, const Tensor& got, const Tensor& want, double tol) {
-  TensorCheck c;
-  c.name = name;
-  const std::vector<double> a = got.to_vector(), b = want.to_vector();
-  double scale = 0;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    c.max_abs_err = std::max(c.max_abs_err, std::fabs(a[i] - b[i]));
-  }
-  c.max_rel_err = scale > 0 ? c.max_abs_err / scale : c.max_abs_err;
-  c.passed = a.size() == b.size() && c.max_rel_err <= tol && std::isfinite(c.max_rel_err);
-  return c;
-}
-
-// Gathers output, input gradient and parameter gradients on every rank; rank 0 compares them
-// with the single-device layer run on the same weights and data.
-CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerHandle& layer,
-                            const ParallelTensor& x, const ParallelTensor& y) {
-  ProcessGroup& g = env.group;
-  ScopeGuard scope(env.ctx, "check");
-  std::vector<std::pair<std::string, Tensor>> got;
-  got.emplace_back("output", gather_to_full(g, y.local, y.placement, CommPurpose::check));
-  got.emplace_back("input.grad",
-                   gather_to_full(g, x.local.grad(), x.placement, CommPurpose::check));
-  for (const ShardedParameter& p : layer.params()) {
-    got.emplace_back(p.name + ".grad",
-                     gather_to_full(g, p.local.grad(), p.placement, CommPurpose::check));
-  }
-  CheckResult result;
-  result.ran = true;
-  result.tolerance = check_tolerance(spec.layer.dtype);
-  if (env.rank != 0) return result;
-  Context ref(0);
-  ref.set_step(0);
-  LayerConfig single = spec.layer;
+// The single-device layer on the same weights and data, in its own context: output, input
+// gradient, then the parameter gradients in LayerWeights order.
+std::vector<Tensor> reference_tensors(Context& ref, const LayerConfig& config) {
+  LayerConfig single = config;
   single.mode = ParallelMode::single;
   single.degree = 1;
   TransformerLayer reference(single, make_layer_weights(ref, single));
   const Shape shape{single.seq, single.batch, single.hidden};
-  Tensor rx =
-      Tensor::randn(ref, shape, kernels::derive_seed(single.seed, kSeedInput), 1.0, single.dtype);
-  rx.set_requires_grad(true);
-  Tensor rt =
-      Tensor::randn(ref, shape, kernels::derive_seed(single.seed, kSeedTarget), 1.0, single.dtype);
-  Tensor ry = reference.forward(rx);
-  mse_loss(ry, rt).backward();
-  std::vector<Tensor> want{ry, rx.grad()};
-  for (const Tensor& p : reference.parameters()) want.push_back(p.grad());
+  const std::uint64_t x_seed = kernels::derive_seed(single.seed, kSeedInput);
+  const std::uint64_t t_seed = kernels::derive_seed(single.seed, kSeedTarget);
+  Tensor x = Tensor::randn(ref, shape, x_seed, 1.0, single.dtype).set_requires_grad(true);
+  Tensor y = reference.forward(x);
+  mse_loss(y, Tensor::randn(ref, shape, t_seed, 1.0, single.dtype)).backward();
+  std::vector<Tensor> out{y, x.grad()};
+  for (const Tensor& p : reference.parameters()) out.push_back(p.grad());
+  return out;
+}
+
+// Every rank compares its slices of the output, input gradient and parameter gradients with the
+// same slices of the single-device layer's; one all-reduce (max) of the error maxima gives every
+// rank the group's result.
+CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerHandle& layer,
+                            const ParallelTensor& x, const ParallelTensor& y) {
+  Context ref(env.rank);
+  ref.set_step(env.ctx.step());
+  const std::vector<Tensor> want = reference_tensors(ref, spec.layer);
+  std::vector<std::pair<std::string, ParallelTensor>> got{
+      {"output", y}, {"input.grad", {x.local.grad(), x.placement, x.global}}};
+  for (const ShardedParameter& p : layer.params()) {
+    got.push_back({p.name + ".grad", {p.local.grad(), p.placement, p.global}});
+  }
+  std::vector<double> maxima;  // max_abs, scale per tensor
   for (std::size_t i = 0; i < got.size(); ++i) {
-    result.tensors.push_back(compare(got[i].first, got[i].second, want[i], result.tolerance));
+    const ParallelTensor& g = got[i].second;
+    const Tensor mine = slice_of_full(want[i], g.placement, env.rank, env.world);
+    const ErrorParts parts = error_parts(got[i].first, g.local, mine);
+    maxima.push_back(parts.max_abs);
+    maxima.push_back(parts.scale);
+  }
+  Tensor all =
+      Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(maxima.size())}, maxima, DType::f64);
+  env.ctx.set_current_op("reference_check");
+  env.group.all_reduce(all, ReduceOp::max, CommPurpose::check);
+  const std::vector<double> m = all.to_vector();
+  CheckResult result;
+  result.ran = true;
+  result.tolerance = check_tolerance(spec.layer.dtype);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    result.tensors.push_back(
+        finish_check(got[i].first, {m[2 * i], m[2 * i + 1]}, result.tolerance));
     result.passed = result.passed && result.tensors.back().passed;
   }
   return result;
@@ -184,10 +163,6 @@ std::vector<RankMemory> gather_memory_totals(RankEnv& env, const RankMemory& min
 }
 
 }  // namespace
-
-double check_tolerance(DType dtype) {
-  return dtype == DType::f64 ? kTolF64 : kTolF32;
-}
 
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec) {
   const LayerConfig& c = spec.layer;
@@ -220,16 +195,20 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec) {
     if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
     auto [loss, seed] = mse_and_seed(env.group, y, target);
     y.local.backward(seed);
-    layer.finish_backward();
+    layer.reduce_gradients();
+    std::chrono::duration<double, std::milli> checking{0};  // left out of the step's time
     if (step == 0 && spec.check && c.mode != ParallelMode::single) {
+      const auto check_start = std::chrono::steady_clock::now();
+      layer.check_replicated();
       run.check = reference_check(env, spec, layer, x, y);
+      checking = std::chrono::steady_clock::now() - check_start;
     }
     std::vector<Tensor> params;
     for (const ShardedParameter& p : layer.params()) params.push_back(p.local);
     sgd_step(params, spec.learning_rate);
     x.local.zero_grad();
     const std::chrono::duration<double, std::milli> elapsed =
-        std::chrono::steady_clock::now() - start;
+        std::chrono::steady_clock::now() - start - checking;
     run.steps.push_back({loss, elapsed.count()});
     if (step == 0) run.comm = comm.lines();
   }

@@ -1,6 +1,8 @@
 // One rank's run of the layer in any mode: a few SGD steps on deterministic data with the memory
 // ledger and the communication log attached, and at step 0 the reference check against the
-// single-device layer built from the same full weights and inputs (rank 0 compares).
+// single-device layer built from the same full weights and inputs. Every rank builds that
+// reference (it is deterministic) and compares its own slices; one all-reduce of the error maxima
+// gives every rank the group's result.
 #pragma once
 
 #include <string>
@@ -8,7 +10,9 @@
 
 #include "parallel/comm_log.h"
 #include "parallel/layer_config.h"
+#include "parallel/memory_model.h"
 #include "parallel/spmd.h"
+#include "parallel/tensor_compare.h"
 
 namespace shardscope {
 
@@ -16,20 +20,13 @@ struct LayerRunSpec {
   LayerConfig layer;
   int steps = 5;
   double learning_rate = 0.1;
-  bool check = true;                 // compare step 0 with the single-device layer
+  bool check = true;  // compare step 0 with the single-device layer; check replicated params
   bool keep_gathered_input = false;  // tp-sp: keep the gathered linear inputs for backward
 };
 
 struct StepRecord {
   double loss = 0;
   double time_ms = 0;
-};
-
-// One model term beside the bytes measured for it.
-struct MeasuredTerm {
-  std::string what, scope, op, formula;
-  double model_bytes = 0;
-  double measured_bytes = 0;
 };
 
 struct RankMemory {
@@ -41,13 +38,6 @@ struct RankMemory {
   double peak_bytes = 0;  // all categories, over the whole run
   std::string formula;
   std::vector<MeasuredTerm> terms;  // model terms, then any measured site the model lacks
-};
-
-struct TensorCheck {
-  std::string name;  // "output", "input.grad", "attn.qkv.weight.grad", ...
-  double max_abs_err = 0;
-  double max_rel_err = 0;  // max |parallel - reference| / max |reference|
-  bool passed = true;
 };
 
 struct CheckResult {
@@ -65,9 +55,6 @@ struct RankRun {
   std::vector<CommLine> comm;            // step 0, every purpose
   CheckResult check;                     // filled on rank 0
 };
-
-// The tolerance on max_rel_err for a dtype (docs/derivations.md says why).
-double check_tolerance(DType dtype);
 
 // Runs on every rank of env's group (the group size must equal spec.layer.degree).
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec);

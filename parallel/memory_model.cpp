@@ -83,6 +83,29 @@ std::string formula_text(const LayerConfig& c, bool keep_gathered_input) {
   return "?";
 }
 
+std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
+                                        int layer) {
+  std::vector<MeasuredTerm> rows;
+  std::vector<MemoryLedger::SavedSite> sites = ledger.saved_by_site(layer);
+  for (const ActivationTerm& t : model.terms) {
+    MeasuredTerm row{t.what, t.scope, t.op, t.formula, t.bytes, 0};
+    for (auto& site : sites) {
+      if (site.role == SaveRole::activation && site.scope == t.scope && site.op == t.op) {
+        row.measured_bytes += static_cast<double>(site.bytes);
+        site.bytes = 0;  // claimed by this term
+      }
+    }
+    rows.push_back(row);
+  }
+  for (const auto& site : sites) {
+    if (site.role == SaveRole::activation && site.bytes > 0) {
+      rows.push_back(
+          {"(not in the model)", site.scope, site.op, "-", 0, static_cast<double>(site.bytes)});
+    }
+  }
+  return rows;
+}
+
 ActivationModel single_device_activation_model(const LayerConfig& c) {
   LayerConfig single = c;
   single.mode = ParallelMode::single;

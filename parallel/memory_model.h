@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/memory_ledger.h"
 #include "parallel/layer_config.h"
 
 namespace shardscope {
@@ -39,6 +40,18 @@ ActivationModel single_device_activation_model(const LayerConfig& config);
 //            sbh(2A + (14A + 2M)/t) + as^2b(2A + M)/t
 //   ulysses  (sbh(16A + 2M) + as^2b(2A + M))/t
 ActivationModel activation_model(const LayerConfig& config, bool keep_gathered_input);
+
+// One model term beside the bytes the ledger measured for it.
+struct MeasuredTerm {
+  std::string what, scope, op, formula;
+  double model_bytes = 0;
+  double measured_bytes = 0;
+};
+
+// Sets the ledger's saved bytes of `layer` beside the model's terms: each saving site is claimed
+// by the term with its scope and op; sites no term claims follow as "(not in the model)" rows.
+std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
+                                        int layer);
 std::string formula_text(const LayerConfig& config, bool keep_gathered_input);
 
 }  // namespace shardscope

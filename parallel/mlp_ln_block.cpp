@@ -64,28 +64,10 @@ std::string block_where(const Context& ctx) {
   return "mlp-ln block (rank " + std::to_string(ctx.rank()) + ")";
 }
 
-TensorDiff diff(const std::string& name, const Tensor& got, const Tensor& want) {
-  TensorDiff d;
-  d.name = name;
-  const std::vector<double> a = got.to_vector(), b = want.to_vector();
-  if (a.size() != b.size()) {
-    throw ShapeError("mlp-ln comparison: " + name + " is " + got.describe() + ", the reference " +
-                     want.describe());
-  }
-  double scale = 0;
-  for (double v : b) scale = std::max(scale, std::fabs(v));
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    d.max_abs_err = std::max(d.max_abs_err, std::fabs(a[i] - b[i]));
-    if (!std::isfinite(a[i])) d.max_abs_err = std::numeric_limits<double>::infinity();
-  }
-  d.max_rel_err = scale > 0 ? d.max_abs_err / scale : d.max_abs_err;
-  return d;
-}
-
 // The single-device block (LayerNorm over `norm_slices` slices) on the same weights and data,
 // backward from the same output gradient, compared with `got` (output, input grad, param grads).
-std::vector<TensorDiff> compare_with_reference(const MlpLnConfig& c, const std::vector<Tensor>& got,
-                                               int norm_slices) {
+std::vector<TensorCheck> compare_with_reference(const MlpLnConfig& c,
+                                                const std::vector<Tensor>& got, int norm_slices) {
   Context ref(0);
   const MlpLnWeights w = make_mlp_ln_weights(ref, c);
   const Shape shape{c.seq, c.batch, c.hidden};
@@ -96,9 +78,10 @@ std::vector<TensorDiff> compare_with_reference(const MlpLnConfig& c, const std::
       Tensor::randn(ref, shape, kernels::derive_seed(c.seed, kSeedOutputGrad), 1.0, c.dtype));
   std::vector<std::pair<std::string, Tensor>> want{{"output", y}, {"input.grad", x.grad()}};
   for (const auto& [name, t] : w.named()) want.emplace_back(name + ".grad", t.grad());
-  std::vector<TensorDiff> out;
+  std::vector<TensorCheck> out;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    out.push_back(diff(want[i].first, got.at(i), want[i].second));
+    out.push_back(
+        compare_tensors(want[i].first, got.at(i), want[i].second, check_tolerance(c.dtype)));
   }
   return out;
 }
@@ -249,17 +232,10 @@ ParallelTensor ParallelMlpLnBlock::forward(const ParallelTensor& x) const {
   return row_parallel_linear(group_, h, param(4), param(5), {});
 }
 
-double max_rel_err(const std::vector<TensorDiff>& diffs) {
+double max_rel_err(const std::vector<TensorCheck>& diffs) {
   double worst = 0;
-  for (const TensorDiff& d : diffs) worst = std::max(worst, d.max_rel_err);
+  for (const TensorCheck& d : diffs) worst = std::max(worst, d.max_rel_err);
   return worst;
-}
-
-double mlp_ln_tolerance(DType dtype) {
-  // f32: the row-parallel linear adds its t partial products in another order than one GEMM
-  // (a few ulp, ~1e-7 relative), and the LayerNorm backward divides by the row's std; 1e-5 leaves
-  // room while a wrong statistic or slice is of order 1e-2 or more. f64 rounding is 1e-16.
-  return dtype == DType::f64 ? 1e-12 : 1e-5;
 }
 
 MlpLnComparison run_mlp_ln_rank(RankEnv& env, const MlpLnConfig& c, ShardedNorm norm) {

@@ -16,6 +16,7 @@
 
 #include "parallel/parallel_layer.h"
 #include "parallel/spmd.h"
+#include "parallel/tensor_compare.h"
 
 namespace shardscope {
 
@@ -76,22 +77,16 @@ class ParallelMlpLnBlock {
 };
 
 // Parallel against a single-device reference, one tensor.
-struct TensorDiff {
-  std::string name;  // "output", "input.grad", "fc1.weight.grad", ...
-  double max_abs_err = 0;
-  double max_rel_err = 0;  // max |parallel - reference| / max |reference|
-};
 
 struct MlpLnComparison {
   ShardedNorm norm = ShardedNorm::exact;
-  std::vector<TensorDiff> vs_single;  // against the single-device LayerNorm over the full f
-  std::vector<TensorDiff> vs_sliced;  // against LayerNorm of each of the t feature slices alone
+  std::vector<TensorCheck> vs_single;  // against the single-device LayerNorm over the full f
+  std::vector<TensorCheck> vs_sliced;  // against LayerNorm of each of the t feature slices alone
 };
 
 // The largest max_rel_err of a list (0 for an empty one).
-double max_rel_err(const std::vector<TensorDiff>& diffs);
+double max_rel_err(const std::vector<TensorCheck>& diffs);
 // The max_rel_err under which the parallel block counts as equal to a reference in `dtype`.
-double mlp_ln_tolerance(DType dtype);
 
 // Runs on every rank of env's group (its size must equal config.degree): the parallel block with
 // `norm` on the deterministic input, backward from a deterministic output gradient, then gathers

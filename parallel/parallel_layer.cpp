@@ -248,26 +248,37 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
 }
 
 void ParallelTransformerLayer::check_replicated() const {
+  Context& ctx = group_.ctx();
+  const std::string previous = ctx.current_op();
+  ctx.set_current_op("check_replicated");
+  auto fail = [&](const std::string& what) {
+    ctx.set_current_op(previous);
+    throw Error(what + " (rank " + std::to_string(group_.rank()) +
+                "): is a gradient all-reduce missing?");
+  };
   for (const ShardedParameter& p : params_) {
     if (p.placement.is_shard()) continue;
     const Tensor tensors[] = {p.local, p.local.grad()};
     for (int i = 0; i < 2; ++i) {
       if (!tensors[i].defined()) continue;
-      // max over ranks of x and of -x: equal on every rank iff max(x) == -max(-x).
+      const std::string name = (i ? "gradient of " : "parameter ") + p.name;
+      for (double v : tensors[i].to_vector()) {
+        if (!std::isfinite(v)) fail("replicated " + name + " holds " + std::to_string(v));
+      }
+      // Equal on every rank iff max over ranks of x equals the min: max(x) + max(-x) == 0.
       Tensor hi = tensors[i].clone(), lo = tensors[i].clone();
-      group_.ctx().backend().scale(lo, -1.0, lo);
+      ctx.backend().scale(lo, -1.0, lo);
       group_.all_reduce(hi, ReduceOp::max, CommPurpose::check);
       group_.all_reduce(lo, ReduceOp::max, CommPurpose::check);
       const std::vector<double> a = hi.to_vector(), b = lo.to_vector();
       double worst = 0;
       for (std::size_t j = 0; j < a.size(); ++j) worst = std::max(worst, a[j] + b[j]);
-      if (worst != 0) {
-        throw Error("replicated " + std::string(i ? "gradient of " : "parameter ") + p.name +
-                    " differs across ranks by up to " + std::to_string(worst) + " (rank " +
-                    std::to_string(group_.rank()) + "): is a gradient all-reduce missing?");
+      if (worst > 0) {
+        fail("replicated " + name + " differs across ranks by up to " + std::to_string(worst));
       }
     }
   }
+  ctx.set_current_op(previous);
 }
 
 }  // namespace shardscope

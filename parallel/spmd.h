@@ -50,8 +50,11 @@ class SpmdError : public Error {
   std::vector<RankError> errors_;
 };
 
-// Threads: `world` ranks. MPI: `world` must equal the MPI world size, and this process runs its
-// own rank only (rank_results then come from this rank alone).
+// Threads: `world` ranks, each ending with a barrier so a rank that returns while another waits in
+// a collective is an error at once. MPI: `world` must equal the MPI world size and this process
+// runs its own rank only; there a failing rank calls MPI_Abort, which ends every process of the
+// job with the rank's message (the one place the library ends the process: an MPI job cannot
+// recover a failed rank).
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn);
 
 }  // namespace shardscope

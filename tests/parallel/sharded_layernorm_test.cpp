@@ -48,9 +48,9 @@ MlpLnComparison run_block(const MlpLnConfig& c, ShardedNorm norm) {
   return rank0;
 }
 
-void expect_all_within(const std::vector<TensorDiff>& diffs, double tol, const std::string& what) {
+void expect_all_within(const std::vector<TensorCheck>& diffs, double tol, const std::string& what) {
   ASSERT_EQ(diffs.size(), 8u) << what;  // output, input.grad and six parameter gradients
-  for (const TensorDiff& d : diffs) {
+  for (const TensorCheck& d : diffs) {
     EXPECT_LE(d.max_rel_err, tol) << what << " " << d.name << " (max abs " << d.max_abs_err << ")";
   }
 }
@@ -63,7 +63,7 @@ TEST_P(MlpLnBlockDegrees, ExactEqualsTheSingleDeviceBlock) {
   const auto [degree, dtype] = GetParam();
   const MlpLnConfig c = small_config(degree, dtype);
   const MlpLnComparison r = run_block(c, ShardedNorm::exact);
-  expect_all_within(r.vs_single, mlp_ln_tolerance(dtype),
+  expect_all_within(r.vs_single, check_tolerance(dtype),
                     "exact t=" + std::to_string(degree) + " " + dtype_name(dtype));
 }
 
@@ -76,7 +76,7 @@ TEST_P(MlpLnBlockDegrees, LocalIsADifferentModelEqualToPerSliceLayerNorm) {
   ASSERT_EQ(r.vs_single[0].name, "output");
   // Random data: each slice's mean and variance differ from the full row's by O(1/sqrt(f/t)).
   EXPECT_GT(r.vs_single[0].max_rel_err, 1e-2) << what;
-  expect_all_within(r.vs_sliced, mlp_ln_tolerance(dtype), what + " vs LayerNorm per slice");
+  expect_all_within(r.vs_sliced, check_tolerance(dtype), what + " vs LayerNorm per slice");
 }
 
 INSTANTIATE_TEST_SUITE_P(DegreesAndDtypes, MlpLnBlockDegrees,
@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(DegreesAndDtypes, MlpLnBlockDegrees,
 TEST(MlpLnBlock, AtDegreeOneLocalAndExactAreTheSingleDeviceBlock) {
   for (ShardedNorm norm : {ShardedNorm::exact, ShardedNorm::local}) {
     const MlpLnComparison r = run_block(small_config(1, DType::f64), norm);
-    expect_all_within(r.vs_single, mlp_ln_tolerance(DType::f64), sharded_norm_name(norm));
+    expect_all_within(r.vs_single, check_tolerance(DType::f64), sharded_norm_name(norm));
   }
 }
 

@@ -256,10 +256,11 @@ TEST(Spmd, TimeoutSaysWhereEveryRankIs) {
     env.group.all_gather(Tensor::zeros(env.ctx, {3}));
   });
   EXPECT_LT(ms(Clock::now() - start), 3000);
-  ASSERT_EQ(errors.size(), 2u) << "rank 1 returned normally; ranks 0 and 2 timed out";
+  // Ranks 0 and 2 timed out; rank 1 returned, and its end-of-function barrier found the group
+  // failed: every rank ends with an error.
+  ASSERT_EQ(errors.size(), 3u);
   for (const auto& e : errors) {
     SCOPED_TRACE("rank " + std::to_string(e.rank));
-    EXPECT_NE(e.rank, 1);
     const std::string& m = e.message;
     EXPECT_TRUE(contains(m, "timed out after 200 ms")) << m;
     EXPECT_TRUE(contains(m, "rank 0 waits in all_gather(count 3, f32) from gather_seq in attn"))
@@ -347,6 +348,38 @@ TEST(Spmd, RejectsBadWorldsAndCommKinds) {
     options.comm = CommKind::mpi;
     EXPECT_THROW(run_spmd(2, options, [](RankEnv&) {}), ArgumentError);
   }
+}
+
+}  // namespace
+}  // namespace shardscope
+
+namespace shardscope {
+namespace {
+
+// A rank whose function returns while the others still wait in a collective meets them with its
+// end-of-function barrier: a mismatch error on every rank at once, not a timeout.
+TEST(SpmdEarlyReturn, IsAMismatchAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  SpmdOptions options;
+  options.timeout = std::chrono::milliseconds(5000);
+  try {
+    run_spmd(2, options, [](RankEnv& env) {
+      if (env.rank == 1) return;
+      env.ctx.set_current_op("gather_seq");
+      Tensor x = Tensor::full(env.ctx, {2}, 1.0);
+      env.group.all_reduce(x, ReduceOp::sum);
+    });
+    FAIL() << "no error";
+  } catch (const SpmdError& e) {
+    ASSERT_EQ(e.errors().size(), 2u);
+    for (const auto& r : e.errors()) {
+      EXPECT_NE(r.message.find("collective mismatch"), std::string::npos) << r.message;
+      EXPECT_NE(r.message.find("rank 1 calls barrier(count 0, f32) from end of the rank function"),
+                std::string::npos)
+          << r.message;
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
 }
 
 }  // namespace
