@@ -51,15 +51,9 @@ TEST_P(LayerMemoryTest, SavedBytesEqualTheFormulaTermByTerm) {
 
   const ActivationModel model = single_device_activation_model(c);
   EXPECT_EQ(model.total_bytes, eq1);
-  const auto sites = ledger.saved_by_site(0);
-  for (const ActivationTerm& term : model.terms) {
-    double measured = 0;
-    for (const auto& site : sites) {
-      if (site.scope == term.scope && site.op == term.op && site.role == SaveRole::activation) {
-        measured += static_cast<double>(site.bytes);
-      }
-    }
-    EXPECT_EQ(measured, term.bytes) << term.what << " (" << term.scope << "/" << term.op << ")";
+  for (const MeasuredTerm& term : measure_terms(model, ledger, 0)) {
+    EXPECT_EQ(term.measured_bytes, term.model_bytes)
+        << term.what << " (" << term.scope << "/" << term.op << ")";
   }
   // Backward releases every saved tensor.
   sum(y).backward();
