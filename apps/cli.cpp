@@ -2,7 +2,9 @@
 #include "apps/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <iostream>
 
+#include "apps/debug_session.h"
 #include "apps/mlp_ln_command.h"
 #include "apps/report.h"
 #include "apps/run.h"
@@ -69,6 +71,12 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
                                      "train the Transformer layer for a few SGD steps "
                                      "and print its loss and activation memory");
   add_run_flags(*run, options, text);
+  CLI::App* debug = app.add_subcommand(
+      "debug",
+      "the run of `shardscope run` (threads), paused before the first op on every rank, "
+      "driven by commands from the terminal or stdin (step, next-collective, continue, break, "
+      "where, print, mem, comm, quit)");
+  add_run_flags(*debug, options, text);
   MlpLnOptions mlp_ln_options;
   CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
   try {
@@ -77,6 +85,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
     err << "shardscope: " << e.what() << " (see shardscope "
         << (run->parsed()      ? "run "
+            : debug->parsed()  ? "debug "
             : mlp_ln->parsed() ? "mlp-ln "
                                : "")
         << "--help)\n";
@@ -88,7 +97,8 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     options.spec.layer.dtype = parse_dtype(text.dtype);
     options.comm = parse_comm_kind(text.comm);
     options.spec.check = !text.no_check;
-    if (options.comm == CommKind::mpi && run->count("--timeout-ms") > 0) {
+    if (options.comm == CommKind::mpi &&
+        (run->count("--timeout-ms") + debug->count("--timeout-ms")) > 0) {
       throw ArgumentError("--timeout-ms applies to --comm threads; under mpi use mpirun --timeout");
     }
     options.validate();
@@ -99,6 +109,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   try {  // the run itself: exit 1 (2 for a launch the flags made impossible, such as the
          // wrong number of MPI processes; rank failures arrive as SpmdError)
     if (run->parsed()) return run_subcommand(options, out);
+    if (debug->parsed()) return debug_main(options, std::cin, out);
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
     return 2;

@@ -62,6 +62,8 @@ const char* stop_reason_name(StopReason r) {
       return "pause request";
     case StopReason::first_op:
       return "first op";
+    case StopReason::collective:
+      return "collective";
   }
   return "?";
 }
@@ -75,6 +77,7 @@ std::string Stop::str() const {
                     name() + " " + phase_name(phase) + " (";
   if (layer >= 0) out += "layer " + std::to_string(layer) + ", ";
   out += "step " + std::to_string(step) + ", rank " + std::to_string(rank) + ")";
+  if (!collective.empty()) return out + " before " + collective + " (collective)";
   out += " in" + shapes_str(inputs);
   if (!outputs.empty()) out += " out" + shapes_str(outputs);
   if (reason == StopReason::breakpoint) {
@@ -238,25 +241,93 @@ Stop Debugger::make_stop(const OpEvent& event, StopReason reason, int breakpoint
   return s;
 }
 
+void Debugger::throw_if_cancelled() const {
+  if (!cancelled_.empty()) throw DebugCancelled(cancelled_);
+}
+
+void Debugger::pause_here(std::unique_lock<std::mutex>& lock, Stop stop) {
+  stop_at_next_op_ = false;
+  pause_requested_ = false;
+  first_op_pending_ = false;
+  stop_at_collective_ = false;
+  ++stop_count_;
+  stop.number = stop_count_;
+  current_ = std::move(stop);
+  paused_ = true;
+  ++in_hook_;
+  changed_.notify_all();
+  // Only this thread sets paused_; a controller clears it (step, resume, shutdown, cancel).
+  changed_.wait(lock, [&] { return !paused_; });
+  --in_hook_;
+  changed_.notify_all();
+}
+
 void Debugger::on_op_begin(const OpEvent& event) {
   std::unique_lock<std::mutex> lock(mutex_);
+  throw_if_cancelled();
   if (shut_down_) return;
   ++op_count_;
   int breakpoint_id = -1;
   const std::optional<StopReason> reason = stop_reason(event.site, breakpoint_id);
   if (!reason) return;
+  pause_here(lock, make_stop(event, *reason, breakpoint_id));
+  throw_if_cancelled();
+}
+
+void Debugger::on_collective_begin(const CollectiveEvent& event) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throw_if_cancelled();
+  const std::string call = std::string(collective_name(event.kind)) + "(count " +
+                           std::to_string(event.count) + ", " + dtype_name(event.dtype) + ", " +
+                           std::to_string(event.group_size) + " ranks, " +
+                           comm_purpose_name(event.purpose) + ")";
+  waiting_in_ = call + " from " + std::string(event.site.op) +
+                (event.site.scope.empty() ? "" : " in " + std::string(event.site.scope));
+  changed_.notify_all();
+  if (shut_down_ || !stop_at_collective_) return;
+  Stop s;
+  s.op = std::string(event.site.op);
+  s.scope = std::string(event.site.scope);
+  s.phase = event.site.phase;
+  s.layer = event.site.layer;
+  s.step = event.site.step;
+  s.rank = event.site.rank;
+  s.seq = event.seq;
+  s.op_index = op_count_;
+  s.reason = StopReason::collective;
+  s.collective = call;
+  pause_here(lock, std::move(s));
+  throw_if_cancelled();
+}
+
+void Debugger::on_collective(const CollectiveEvent&) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_in_.reset();
+  changed_.notify_all();
+}
+
+void Debugger::run_to_next_collective() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) return;
+  stop_at_collective_ = true;
   stop_at_next_op_ = false;
   pause_requested_ = false;
-  first_op_pending_ = false;
-  ++stop_count_;
-  current_ = make_stop(event, *reason, breakpoint_id);
-  paused_ = true;
-  ++in_hook_;
+  paused_ = false;
+  current_.reset();
   changed_.notify_all();
-  // Only this thread sets paused_; a controller clears it (step, resume, shutdown).
-  changed_.wait(lock, [&] { return !paused_; });
-  --in_hook_;
+}
+
+void Debugger::cancel(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = reason.empty() ? std::string("debug session cancelled") : reason;
+  paused_ = false;
+  current_.reset();
   changed_.notify_all();
+}
+
+std::optional<std::string> Debugger::waiting_in() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_in_;
 }
 
 }  // namespace shardscope

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/errors.h"
 #include "autograd/observer.h"
 
 namespace shardscope {
@@ -49,7 +50,7 @@ struct BreakpointEntry {
 };
 
 // Why the rank stopped. With several reasons at once, the first in this order is reported.
-enum class StopReason : std::uint8_t { breakpoint, step, pause_request, first_op };
+enum class StopReason : std::uint8_t { breakpoint, step, pause_request, first_op, collective };
 const char* stop_reason_name(StopReason r);
 
 // One stop of the rank: the op it is about to run and why it stopped.
@@ -70,6 +71,9 @@ struct Stop {
   std::uint64_t number = 0;    // 1-based count of stops, this one too
   StopReason reason = StopReason::step;
   int breakpoint_id = -1;  // the first matching breakpoint, -1 when none matched
+  // Set when the rank stopped before a collective (StopReason::collective): the call, such as
+  // "all_gather(count 512, f32, 4 ranks, activation)"; op and scope are the op issuing it.
+  std::string collective;
 
   // "attn.qkv/matmul" (the form a scoped breakpoint matches), "matmul" outside any scope.
   std::string name() const;
@@ -115,31 +119,49 @@ class Debugger : public Observer {
   // The stop the rank is paused at; nullopt while it runs.
   std::optional<Stop> current_stop() const;
   std::uint64_t stop_count() const;
+  // Releases a paused rank and stops it again before its next collective (or a breakpoint or
+  // pause request on the way). When the rank is running, it stops before its next collective.
+  void run_to_next_collective();
   // Releases a paused rank and turns the debugger off for good: it never stops again and
   // wait_for_stop returns nullopt at once. Idempotent; the destructor calls it.
   void shutdown();
   bool is_shut_down() const;
+  // Ends the run: releases a paused rank, whose next op or collective then throws
+  // DebugCancelled with `reason` (so the run unwinds instead of running to its end).
+  void cancel(const std::string& reason);
+  // The collective the rank has entered and not yet left ("all_gather(count 64, f32, ...) from
+  // gather_matmul in attn.qkv"), nullopt outside collectives.
+  std::optional<std::string> waiting_in() const;
 
   // Rank side: the rank's run is over (or starting again); wakes controllers in wait_for_stop.
   void mark_finished();
   void mark_running();
   bool finished() const;
 
-  // Observer hooks, called on the rank thread. on_op_begin blocks while the rank is paused.
+  // Observer hooks, called on the rank thread; on_op_begin and on_collective_begin block while
+  // the rank is paused.
   void on_op_begin(const OpEvent& event) override;
+  void on_collective_begin(const CollectiveEvent& event) override;
+  void on_collective(const CollectiveEvent& event) override;
 
  private:
   // Why the op must stop, if it must; sets breakpoint_id and counts the hit. Lock held.
   std::optional<StopReason> stop_reason(const Site& site, int& breakpoint_id);
   Stop make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const;
+  // Publishes `stop` and blocks the rank until a controller releases it. Lock held.
+  void pause_here(std::unique_lock<std::mutex>& lock, Stop stop);
+  void throw_if_cancelled() const;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // any change of paused_, finished_, shut_down_, in_hook_
   std::vector<BreakpointEntry> breakpoints_;
   int next_breakpoint_id_ = 1;
-  bool stop_at_next_op_ = false;   // set by a step
-  bool pause_requested_ = false;   // set by request_pause (and by StartMode::stop_at_first_op)
-  bool first_op_pending_ = false;  // StartMode::stop_at_first_op, until the first op
+  bool stop_at_next_op_ = false;     // set by a step
+  bool pause_requested_ = false;     // set by request_pause (and by StartMode::stop_at_first_op)
+  bool first_op_pending_ = false;    // StartMode::stop_at_first_op, until the first op
+  bool stop_at_collective_ = false;  // set by run_to_next_collective
+  std::string cancelled_;            // non-empty: the reason cancel() gave
+  std::optional<std::string> waiting_in_;
   bool paused_ = false;
   bool finished_ = false;
   bool shut_down_ = false;
@@ -147,6 +169,12 @@ class Debugger : public Observer {
   std::optional<Stop> current_;
   std::uint64_t op_count_ = 0;
   std::uint64_t stop_count_ = 0;
+};
+
+// Thrown on a rank whose debug session was cancelled (quit).
+class DebugCancelled : public Error {
+ public:
+  using Error::Error;
 };
 
 // Marks the run of a rank thread: mark_running() on entry and mark_finished() on exit, also when

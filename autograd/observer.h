@@ -111,7 +111,8 @@ class Observer {
   virtual void on_recategorize(const StorageEvent&) {}
   virtual void on_save(const SaveEvent&) {}
   virtual void on_release(const SaveEvent&) {}
-  // After a collective completed on this rank.
+  // Before a rank enters a collective (a debugger may block here) and after it completed.
+  virtual void on_collective_begin(const CollectiveEvent&) {}
   virtual void on_collective(const CollectiveEvent&) {}
 };
 

@@ -164,7 +164,7 @@ std::vector<RankMemory> gather_memory_totals(RankEnv& env, const RankMemory& min
 
 }  // namespace
 
-RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec) {
+RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
   validate_parallel_config(c);
   Context scratch(env.rank);  // full weights and data, outside the measured context
@@ -185,6 +185,20 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec) {
                            placement, shape, env.world);
   x.local.set_name("input").set_requires_grad(true);
   const Tensor target = slice_of_full(full_t, placement, env.rank, env.world).copy_to(env.ctx);
+  struct Detach {  // runs before the ledger, log and tensors above are destroyed
+    RunInspector* inspector;
+    int rank;
+    ~Detach() {
+      if (inspector) inspector->detach(rank);
+    }
+  } detach{inspector, env.rank};
+  if (inspector) {
+    inspector->attach(env.rank, ledger, comm);
+    inspector->tensor(env.rank, "input", x);
+    for (const ShardedParameter& p : layer.params()) {
+      inspector->tensor(env.rank, p.name, {p.local, p.placement, p.global});
+    }
+  }
 
   RankRun run;
   run.rank = env.rank;
@@ -192,6 +206,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec) {
     env.ctx.set_step(step);
     const auto start = std::chrono::steady_clock::now();
     ParallelTensor y = layer.forward(x);
+    if (inspector) inspector->tensor(env.rank, "output", y);
     if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
     auto [loss, seed] = mse_and_seed(env.group, y, target);
     y.local.backward(seed);

@@ -11,6 +11,7 @@
 #include "parallel/comm_log.h"
 #include "parallel/layer_config.h"
 #include "parallel/memory_model.h"
+#include "parallel/placement.h"
 #include "parallel/spmd.h"
 #include "parallel/tensor_compare.h"
 
@@ -56,7 +57,21 @@ struct RankRun {
   CheckResult check;                     // filled on rank 0
 };
 
+// Lets a tool look inside a rank's run (the terminal debugger): called on the rank's thread.
+class RunInspector {
+ public:
+  virtual ~RunInspector() = default;
+  // Once the rank's ledger and communication log are attached to its context.
+  virtual void attach(int /*rank*/, const MemoryLedger& /*ledger*/, const CommLog& /*comm*/) {}
+  // When a named tensor of the run exists: "input", every parameter by its name, and "output"
+  // after each forward. A parameter's gradient is its local tensor's grad().
+  virtual void tensor(int /*rank*/, const std::string& /*name*/, const ParallelTensor& /*t*/) {}
+  // When the run ends (also by an exception), before the ledger, log and tensors go away: drop
+  // every reference to them.
+  virtual void detach(int /*rank*/) {}
+};
+
 // Runs on every rank of env's group (the group size must equal spec.layer.degree).
-RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec);
+RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector = nullptr);
 
 }  // namespace shardscope

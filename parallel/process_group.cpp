@@ -36,8 +36,10 @@ CollectiveCall ProcessGroup::make_call(CollectiveKind kind, const Tensor& t) con
 
 void ProcessGroup::run_and_report(const CollectiveCall& call, CommPurpose purpose, const void* send,
                                   void* recv) {
-  comm_.run(call, send, recv);
-  if (!ctx_.observed()) return;
+  if (!ctx_.observed()) {
+    comm_.run(call, send, recv);
+    return;
+  }
   CollectiveEvent e;
   e.site = ctx_.site();
   e.kind = call.kind;
@@ -48,6 +50,8 @@ void ProcessGroup::run_and_report(const CollectiveCall& call, CommPurpose purpos
   e.dtype = call.dtype;
   e.full_bytes = ring_full_bytes(call.kind, call.count, dtype_size(call.dtype), size());
   e.bytes_sent = ring_bytes_sent(call.kind, e.full_bytes, size());
+  ctx_.notify([&](Observer& o) { o.on_collective_begin(e); });
+  comm_.run(call, send, recv);
   ctx_.notify([&](Observer& o) { o.on_collective(e); });
 }
 

@@ -1,0 +1,95 @@
+// The terminal debugger driven by a script, as a person types it: it starts paused before the
+// first op on every rank, steps every rank together, reaches a collective and says where each rank
+// is, stops at breakpoints, prints tensors, memory and collectives, and quits cleanly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "apps/debug_session.h"
+
+namespace shardscope {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+RunOptions small_run(ParallelMode mode, int degree) {
+  RunOptions o;
+  o.spec.layer.mode = mode;
+  o.spec.layer.degree = degree;
+  o.spec.layer.seq = 8;
+  o.spec.layer.batch = 2;
+  o.spec.layer.hidden = 16;
+  o.spec.layer.heads = 4;
+  o.spec.steps = 1;
+  return o;
+}
+
+std::string session(const RunOptions& o, const std::string& script, int* code = nullptr) {
+  std::istringstream in(script);
+  std::ostringstream out;
+  const int rc = debug_main(o, in, out);
+  if (code) *code = rc;
+  return out.str();
+}
+
+TEST(DebugSession, StartsPausedAndStepsEveryRankTogether) {
+  const std::string out = session(small_run(ParallelMode::tp_sp, 2), "step\nwhere\nquit\n");
+  EXPECT_THAT(out, HasSubstr("rank 0: paused, stop 1 at op 1: ln1/layernorm forward"));
+  EXPECT_THAT(out, HasSubstr("rank 1: paused, stop 1 at op 1: ln1/layernorm forward"));
+  EXPECT_THAT(out, HasSubstr("rank 0: paused, stop 2 at op 2: attn.qkv/gather_matmul forward"));
+  EXPECT_THAT(out, HasSubstr("rank 1: paused, stop 2 at op 2: attn.qkv/gather_matmul forward"));
+  EXPECT_THAT(out, HasSubstr("debug session ended; the run was stopped"));
+}
+
+TEST(DebugSession, NextCollectiveReachesACollectiveAndSaysWhereEachRankIs) {
+  for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    const std::string out = session(small_run(mode, 2), "next-collective\ncomm\nquit\n");
+    SCOPED_TRACE(mode_name(mode));
+    const char* first = mode == ParallelMode::tp      ? "attn.proj/reduce_from_tp forward"
+                        : mode == ParallelMode::tp_sp ? "attn.qkv/gather_matmul forward"
+                                                      : "attn.heads/seq_to_heads forward";
+    const char* kind = mode == ParallelMode::tp      ? "before all_reduce(count 256, f32, 2 ranks"
+                       : mode == ParallelMode::tp_sp ? "before all_gather(count 128, f32, 2 ranks"
+                                                     : "before all_to_all(count 128, f32, 2 ranks";
+    for (const char* rank : {"rank 0: paused", "rank 1: paused"}) {
+      EXPECT_THAT(out, HasSubstr(std::string(rank) + ", stop 2 at op")) << out;
+    }
+    EXPECT_THAT(out, HasSubstr(first)) << out;
+    EXPECT_THAT(out, HasSubstr(kind)) << out;
+    EXPECT_THAT(out, HasSubstr("no collectives yet")) << out;  // paused before the first one
+  }
+}
+
+TEST(DebugSession, BreakpointsPrintMemAndHelp) {
+  const std::string out =
+      session(small_run(ParallelMode::tp, 2),
+              "frobnicate\nbreak gelu\ncontinue\nprint mlp.fc1.weight\nprint output\nmem\n"
+              "break phase backward\ncontinue\nprint mlp.fc2.weight.grad\nquit\n");
+  EXPECT_THAT(out, HasSubstr("unknown command 'frobnicate'; commands: step, next-collective"));
+  EXPECT_THAT(out, HasSubstr("breakpoint 1: gelu, on every rank"));
+  EXPECT_THAT(out, HasSubstr("rank 0: paused, stop 2 at op"));
+  EXPECT_THAT(out, HasSubstr("mlp.gelu/gelu forward (layer 0, step 0, rank 1)"));
+  EXPECT_THAT(out, HasSubstr("rank 1: mlp.fc1.weight Shard(1) of [16, 64], local mlp.fc1.weight "
+                             "f32[16, 32]"));
+  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'output' yet"));
+  EXPECT_THAT(out, HasSubstr("saved activations of layer 0 now"));
+  EXPECT_THAT(out, HasSubstr("breakpoint 2: any op backward, on every rank"));
+  EXPECT_THAT(out, HasSubstr("backward (layer 0, step 0, rank 0)"));
+  // The first backward node runs before any parameter gradient exists.
+  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'mlp.fc2.weight.grad' yet"));
+}
+
+TEST(DebugSession, ContinueToTheEndFinishesTheRun) {
+  int code = -1;
+  const std::string out = session(small_run(ParallelMode::ulysses, 2), "continue\n", &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(out, HasSubstr("rank 0: finished"));
+  EXPECT_THAT(out, HasSubstr("rank 1: finished"));
+  EXPECT_THAT(out, HasSubstr("the run finished"));
+  EXPECT_THAT(out, Not(HasSubstr("the run failed")));
+}
+
+}  // namespace
+}  // namespace shardscope
