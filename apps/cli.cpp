@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "apps/check_command.h"
 #include "apps/debug_session.h"
 #include "apps/mlp_ln_command.h"
 #include "apps/report.h"
@@ -43,6 +44,9 @@ void add_run_flags(CLI::App& run, RunOptions& o, FlagText& text) {
       ->capture_default_str();
   run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
   run.add_option("--report", o.report_path, "write a JSON report to this file");
+  run.add_option("--dump", o.dump_dir,
+                 "write every tensor of step 0 (full and per-rank .npy, manifest.json) here");
+  run.add_option("--load", o.load_dir, "start from this dump's weights, input and target");
 }
 
 DType parse_dtype(const std::string& name) {
@@ -79,6 +83,8 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   add_run_flags(*debug, options, text);
   MlpLnOptions mlp_ln_options;
   CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
+  CheckOptions check_options;
+  CLI::App* check = add_check_subcommand(app, check_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,11 +93,13 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
         << (run->parsed()      ? "run "
             : debug->parsed()  ? "debug "
             : mlp_ln->parsed() ? "mlp-ln "
+            : check->parsed()  ? "check "
                                : "")
         << "--help)\n";
     return 2;
   }
   if (mlp_ln->parsed()) return mlp_ln_main(mlp_ln_options, out, err);
+  if (check->parsed()) return check_main(check_options, out, err);
   try {  // flag values and their rules: exit 2
     options.spec.layer.mode = parse_mode(text.mode);
     options.spec.layer.dtype = parse_dtype(text.dtype);

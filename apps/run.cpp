@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "autograd/errors.h"
+#include "io/dump.h"
 #include "parallel/parallel_layer.h"
 
 namespace shardscope {
@@ -49,8 +50,29 @@ void RunOptions::validate() const {
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
 }
 
+// The run's spec with the dump and load hooks of --dump and --load filled in.
+LayerRunSpec spec_with_io(const RunOptions& options) {
+  LayerRunSpec spec = options.spec;
+  if (!options.dump_dir.empty()) {
+    spec.dump = [dir = options.dump_dir, config = spec.layer](
+                    RankEnv& env, const std::vector<RankTensor>& tensors) {
+      DumpWriter writer(dir, env.group, manifest_header(config));
+      for (const RankTensor& t : tensors) writer.add(t.name, t.local, t.placement);
+      writer.finish();
+    };
+  }
+  if (!options.load_dir.empty()) {
+    auto dump = std::make_shared<const LoadedDump>(load_dump(options.load_dir));
+    spec.load = [dump](const std::string& name, const Tensor& full) {
+      dump->copy_into(name, full);
+    };
+  }
+  return spec;
+}
+
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
   options.validate();
+  const LayerRunSpec spec = spec_with_io(options);
   SpmdOptions spmd;
   spmd.comm = options.comm;
   spmd.timeout = std::chrono::milliseconds(options.timeout_ms);
@@ -58,7 +80,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   RunResult result;
   bool have_rank0 = false;
   run_spmd(options.spec.layer.degree, spmd, [&](RankEnv& env) {
-    RankRun run = run_layer_rank(env, options.spec);
+    RankRun run = run_layer_rank(env, spec);
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     result.memory = run.group_memory;

@@ -23,6 +23,8 @@ struct RunOptions {
   CommKind comm = CommKind::threads;
   int timeout_ms = 10000;
   std::string report_path;  // empty: no JSON report
+  std::string dump_dir;     // empty: no dump (.npy files and manifest.json, docs/dump-format.md)
+  std::string load_dir;     // empty: weights and data from the seed; else from this dump
 
   // Throws ArgumentError naming the flag and the rule, before any rank starts.
   void validate() const;

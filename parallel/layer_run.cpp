@@ -42,10 +42,30 @@ struct LayerHandle {
   }
 };
 
+// The layer's full weights, inputs and targets: deterministic from the seed, or loaded.
+struct FullData {
+  LayerWeights weights;
+  Tensor x, target;
+};
+
+FullData full_data(Context& ctx, const LayerRunSpec& spec) {
+  const LayerConfig& c = spec.layer;
+  const Shape shape{c.seq, c.batch, c.hidden};
+  FullData d{make_layer_weights(ctx, c),
+             Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedInput), 1.0, c.dtype),
+             Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedTarget), 1.0, c.dtype)};
+  if (spec.load) {
+    for (const auto& [name, t] : d.weights.named()) spec.load(name, t);
+    spec.load("input", d.x);
+    spec.load("target", d.target);
+  }
+  return d;
+}
+
 LayerHandle make_layer(RankEnv& env, const LayerRunSpec& spec, const LayerWeights& full) {
   LayerHandle h;
   if (spec.layer.mode == ParallelMode::single) {
-    LayerWeights w = make_layer_weights(env.ctx, spec.layer);
+    LayerWeights w = copy_weights(full, env.ctx);
     for (const auto& [name, t] : w.named()) {
       h.single_params.push_back({name, t, Placement::replicate(), t.shape(), false});
     }
@@ -90,17 +110,15 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
 
 // The single-device layer on the same weights and data, in its own context: output, input
 // gradient, then the parameter gradients in LayerWeights order.
-std::vector<Tensor> reference_tensors(Context& ref, const LayerConfig& config) {
-  LayerConfig single = config;
+std::vector<Tensor> reference_tensors(Context& ref, const LayerRunSpec& spec) {
+  LayerConfig single = spec.layer;
   single.mode = ParallelMode::single;
   single.degree = 1;
-  TransformerLayer reference(single, make_layer_weights(ref, single));
-  const Shape shape{single.seq, single.batch, single.hidden};
-  const std::uint64_t x_seed = kernels::derive_seed(single.seed, kSeedInput);
-  const std::uint64_t t_seed = kernels::derive_seed(single.seed, kSeedTarget);
-  Tensor x = Tensor::randn(ref, shape, x_seed, 1.0, single.dtype).set_requires_grad(true);
+  FullData d = full_data(ref, spec);
+  TransformerLayer reference(single, std::move(d.weights));
+  Tensor x = d.x.set_requires_grad(true);
   Tensor y = reference.forward(x);
-  mse_loss(y, Tensor::randn(ref, shape, t_seed, 1.0, single.dtype)).backward();
+  mse_loss(y, d.target).backward();
   std::vector<Tensor> out{y, x.grad()};
   for (const Tensor& p : reference.parameters()) out.push_back(p.grad());
   return out;
@@ -113,7 +131,7 @@ CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerH
                             const ParallelTensor& x, const ParallelTensor& y) {
   Context ref(env.rank);
   ref.set_step(env.ctx.step());
-  const std::vector<Tensor> want = reference_tensors(ref, spec.layer);
+  const std::vector<Tensor> want = reference_tensors(ref, spec);
   std::vector<std::pair<std::string, ParallelTensor>> got{
       {"output", y}, {"input.grad", {x.local.grad(), x.placement, x.global}}};
   for (const ShardedParameter& p : layer.params()) {
@@ -162,18 +180,33 @@ std::vector<RankMemory> gather_memory_totals(RankEnv& env, const RankMemory& min
   return out;
 }
 
+// Every tensor of step 0 with its placement, for a dump.
+std::vector<RankTensor> run_tensors(const LayerHandle& layer, const ParallelTensor& x,
+                                    const Tensor& target, const ParallelTensor& y,
+                                    const Tensor& seed) {
+  std::vector<RankTensor> out{{"input", x.local, x.placement},
+                              {"target", target, x.placement},
+                              {"output", y.local, y.placement},
+                              {"output.grad", seed, y.placement},
+                              {"input.grad", x.local.grad(), x.placement}};
+  for (const ShardedParameter& p : layer.params()) {
+    out.push_back({p.name, p.local, p.placement});
+    out.push_back({p.name + ".grad", p.local.grad(), p.placement});
+  }
+  return out;
+}
+
 }  // namespace
 
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
   validate_parallel_config(c);
   Context scratch(env.rank);  // full weights and data, outside the measured context
-  const LayerWeights full = make_layer_weights(scratch, c);
+  const FullData data = full_data(scratch, spec);
+  const LayerWeights& full = data.weights;
+  const Tensor& full_x = data.x;
+  const Tensor& full_t = data.target;
   const Shape shape{c.seq, c.batch, c.hidden};
-  const Tensor full_x =
-      Tensor::randn(scratch, shape, kernels::derive_seed(c.seed, kSeedInput), 1.0, c.dtype);
-  const Tensor full_t =
-      Tensor::randn(scratch, shape, kernels::derive_seed(c.seed, kSeedTarget), 1.0, c.dtype);
 
   MemoryLedger ledger;
   CommLog comm;
@@ -217,6 +250,11 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       layer.check_replicated();
       run.check = reference_check(env, spec, layer, x, y);
       checking = std::chrono::steady_clock::now() - check_start;
+    }
+    if (step == 0 && spec.dump) {  // also left out of the step's time
+      const auto dump_start = std::chrono::steady_clock::now();
+      spec.dump(env, run_tensors(layer, x, target, y, seed));
+      checking += std::chrono::steady_clock::now() - dump_start;
     }
     std::vector<Tensor> params;
     for (const ShardedParameter& p : layer.params()) params.push_back(p.local);

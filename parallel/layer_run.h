@@ -5,6 +5,7 @@
 // gives every rank the group's result.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,25 @@
 
 namespace shardscope {
 
+// A tensor of a rank's run as the rank holds it (for dumps).
+struct RankTensor {
+  std::string name;  // "input", "output", "output.grad", "input.grad", "target", a parameter or
+                     // its ".grad"
+  Tensor local;
+  Placement placement;
+};
+
 struct LayerRunSpec {
   LayerConfig layer;
   int steps = 5;
   double learning_rate = 0.1;
   bool check = true;  // compare step 0 with the single-device layer; check replicated params
   bool keep_gathered_input = false;  // tp-sp: keep the gathered linear inputs for backward
+  // Called on every rank at step 0, after backward, with every tensor of the run (a dump).
+  std::function<void(RankEnv&, const std::vector<RankTensor>&)> dump;
+  // Overwrites a full tensor the run starts from (a parameter by name, "input", "target") with
+  // loaded values, instead of the seed's.
+  std::function<void(const std::string& name, const Tensor& full)> load;
 };
 
 struct StepRecord {

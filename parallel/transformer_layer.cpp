@@ -76,6 +76,14 @@ std::vector<Tensor> LayerWeights::parameters() const {
   return out;
 }
 
+LayerWeights copy_weights(const LayerWeights& from, Context& ctx) {
+  LayerWeights w;
+  for (const WeightSlot& slot : kWeightSlots) {
+    w.*slot.member = Tensor::parameter((from.*slot.member).copy_to(ctx), slot.name);
+  }
+  return w;
+}
+
 LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
   c.validate();
   LayerWeights w;

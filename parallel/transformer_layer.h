@@ -40,6 +40,8 @@ enum SeedPurpose : std::uint64_t {
 // Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), LayerNorm
 // weights 1 and biases 0 (the usual GPT-2 / Megatron start).
 LayerWeights make_layer_weights(Context& ctx, const LayerConfig& config);
+// The same values as parameters of another context (another rank, a reference run).
+LayerWeights copy_weights(const LayerWeights& weights, Context& ctx);
 
 // The dropout sites of a layer, numbered for their Philox streams.
 enum DropoutSite : int { kAttentionProbs = 0, kAttentionOutput = 1, kMlpOutput = 2 };

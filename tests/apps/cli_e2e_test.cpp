@@ -142,6 +142,48 @@ TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
   std::filesystem::remove(path);
 }
 
+// Flips the last element of a .npy file's data (f32), as a bug in another implementation would.
+void perturb_last_f32(const std::filesystem::path& npy) {
+  std::fstream f(npy, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-4, std::ios::end);
+  float v = 0;
+  f.read(reinterpret_cast<char*>(&v), 4);
+  v += 0.5f + 2 * v;
+  f.seekp(-4, std::ios::end);
+  f.write(reinterpret_cast<const char*>(&v), 4);
+}
+
+TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardscope_e2e_dumps";
+  std::filesystem::remove_all(dir);
+  const std::string shape = " --seq 8 --batch 2 --hidden 16 --heads 4 --steps 1 --dump ";
+  const auto single = dir / "single", tp = dir / "tp", loaded = dir / "loaded";
+  ASSERT_EQ(run_cli("run --mode single" + shape + single.string()).exit_code, 0);
+  ASSERT_EQ(run_cli("run --mode tp --degree 4" + shape + tp.string()).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(tp / "manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(tp / "attn.qkv.weight.rank3.npy"));
+  Result r = run_cli("check " + tp.string() + " " + single.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("29 of 29 tensors passed"));
+  // A run loading a dump's weights and data (with another seed, so its own weights would differ;
+  // no dropout, whose masks follow the seed) reproduces it.
+  const auto plain = dir / "plain";
+  ASSERT_EQ(run_cli("run --mode single --dropout 0" + shape + plain.string()).exit_code, 0);
+  ASSERT_EQ(run_cli("run --mode tp-sp --degree 2 --dropout 0 --seed 7 --load " + plain.string() +
+                    shape + loaded.string())
+                .exit_code,
+            0);
+  r = run_cli("check " + loaded.string() + " " + plain.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  perturb_last_f32(tp / "mlp.fc1.weight.grad.npy");
+  r = run_cli("check " + tp.string() + " " + single.string());
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("mlp.fc1.weight.grad"));
+  EXPECT_THAT(r.output, HasSubstr("FAIL"));
+  EXPECT_THAT(r.output, HasSubstr("28 of 29 tensors passed"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, AnUnwritableReportIsAnError) {
   const Result r =
       run_cli("run --seq 4 --hidden 8 --heads 2 --steps 1 --report /nonexistent/x.json");

@@ -1,0 +1,41 @@
+// `shardscope check`.
+#include "apps/check_command.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+
+#include "io/check.h"
+
+namespace shardscope {
+
+CLI::App* add_check_subcommand(CLI::App& app, CheckOptions& o) {
+  o.rtol = kDefaultRtol;
+  o.atol = kDefaultAtol;
+  CLI::App* check = app.add_subcommand(
+      "check",
+      "compare two dump folders tensor by tensor: an element passes when |a - b| <= atol + "
+      "rtol |b|; exits 3 on any failure or any tensor missing on one side");
+  check->add_option("a", o.a, "the dump folder to check")->required();
+  check->add_option("b", o.b, "the reference dump folder")->required();
+  check->add_option("--rtol", o.rtol, "relative tolerance")->capture_default_str();
+  check->add_option("--atol", o.atol, "absolute tolerance")->capture_default_str();
+  check->add_flag("--shards", o.shards, "also compare the per-rank shard files");
+  return check;
+}
+
+int check_main(const CheckOptions& o, std::ostream& out, std::ostream& err) {
+  if (!(o.rtol >= 0 && std::isfinite(o.rtol)) || !(o.atol >= 0 && std::isfinite(o.atol))) {
+    err << "shardscope: --rtol and --atol must be finite numbers >= 0\n";
+    return 2;
+  }
+  try {
+    const DumpComparison c = compare_dumps(o.a, o.b, o.rtol, o.atol, o.shards);
+    print_comparison(c, out);
+    return c.passed() ? 0 : 3;
+  } catch (const std::exception& e) {
+    err << "shardscope: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace shardscope

@@ -1,0 +1,24 @@
+// `shardscope check A B [--rtol --atol --shards]`: compares two dump folders tensor by tensor.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace shardscope {
+
+struct CheckOptions {
+  std::string a, b;
+  double rtol = 0, atol = 0;  // set to io/check.h's defaults by add_check_subcommand
+  bool shards = false;
+};
+
+CLI::App* add_check_subcommand(CLI::App& app, CheckOptions& options);
+// Exit code: 0 when every tensor passes, 3 when one fails or is missing on one side, 1 when a
+// folder cannot be read, 2 for a bad tolerance.
+int check_main(const CheckOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace shardscope

@@ -1,0 +1,195 @@
+// compare_dumps and its table.
+#include "io/check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "io/npy.h"
+
+namespace shardscope {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<std::int64_t> unravel(std::int64_t flat, const Shape& shape) {
+  std::vector<std::int64_t> index(static_cast<std::size_t>(shape.rank()));
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    index[static_cast<std::size_t>(d)] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return index;
+}
+
+// One element: sets whether it passes and how far it is past its bound (+inf for NaN or an
+// infinity that the other side does not match).
+struct ElementResult {
+  bool ok;
+  double diff, rel, excess;
+};
+
+ElementResult compare_element(double a, double b, double rtol, double atol) {
+  const double diff = a == b ? 0.0 : std::fabs(a - b);
+  const double bound = atol + rtol * std::fabs(b);
+  const bool ok = a == b || (std::isfinite(a) && std::isfinite(b) && diff <= bound);
+  const double rel = b != 0 ? diff / std::fabs(b) : (diff == 0 ? 0.0 : kInf);
+  double excess = diff - bound;
+  if (!ok && !std::isfinite(excess)) excess = kInf;
+  return {ok, diff, rel, excess};
+}
+
+std::string number(double v, const char* format = "%.3e") {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
+std::string index_text(const TensorComparison& c) {
+  if (!c.in_a || !c.in_b || c.shape_a != c.shape_b || c.worst_index.empty()) return "-";
+  if (c.max_abs == 0) return "-";  // identical: no element is worse than another
+  std::string s = "[";
+  for (std::size_t i = 0; i < c.worst_index.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(c.worst_index[i]);
+  }
+  return s + "] (" + number(c.worst_a, "%.7g") + " vs " + number(c.worst_b, "%.7g") + ")";
+}
+
+TensorComparison missing_row(const ManifestTensor& present, bool in_a) {
+  TensorComparison c;
+  c.name = present.name;
+  c.rank = present.rank;
+  c.in_a = in_a;
+  c.in_b = !in_a;
+  (in_a ? c.shape_a : c.shape_b) = present.shape;
+  c.note = in_a ? "missing in B" : "missing in A";
+  return c;
+}
+
+std::vector<std::string> table_row(const TensorComparison& c) {
+  const bool both = c.in_a && c.in_b;
+  const std::string shape = c.in_a ? c.shape_a.str() : c.shape_b.str();
+  std::string result = c.passed ? "pass" : "FAIL";
+  if (!c.note.empty()) result += " (" + c.note + ")";
+  const bool measured = both && c.shape_a == c.shape_b;
+  return {
+      c.label(),     shape, measured ? number(c.max_abs) : "-", measured ? number(c.max_rel) : "-",
+      index_text(c), result};
+}
+
+}  // namespace
+
+std::string TensorComparison::label() const {
+  return rank == kFullRank ? name : name + " (rank " + std::to_string(rank) + ")";
+}
+
+bool DumpComparison::passed() const {
+  return !rows.empty() &&
+         std::all_of(rows.begin(), rows.end(), [](const TensorComparison& c) { return c.passed; });
+}
+
+TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
+                                 double rtol, double atol) {
+  TensorComparison c;
+  c.name = name;
+  c.in_a = c.in_b = true;
+  c.shape_a = a.shape();
+  c.shape_b = b.shape();
+  if (a.shape() != b.shape()) {
+    c.note = "shape " + a.shape().str() + " in A, " + b.shape().str() + " in B";
+    return c;
+  }
+  if (a.dtype() != b.dtype()) {
+    c.note =
+        std::string("dtype ") + dtype_name(a.dtype()) + " in A, " + dtype_name(b.dtype()) + " in B";
+  }
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  double worst_excess = -kInf;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const ElementResult e = compare_element(va[i], vb[i], rtol, atol);
+    if (!e.ok) ++c.failed_elements;
+    c.max_abs =
+        std::isnan(e.diff) || std::isnan(c.max_abs) ? std::nan("") : std::max(c.max_abs, e.diff);
+    c.max_rel =
+        std::isnan(e.rel) || std::isnan(c.max_rel) ? std::nan("") : std::max(c.max_rel, e.rel);
+    if (e.excess > worst_excess || std::isnan(e.excess)) {
+      worst_excess = std::isnan(e.excess) ? kInf : e.excess;
+      worst = i;
+    }
+  }
+  if (!va.empty()) {
+    c.worst_index = unravel(static_cast<std::int64_t>(worst), a.shape());
+    c.worst_a = va[worst];
+    c.worst_b = vb[worst];
+  }
+  c.passed = c.failed_elements == 0;
+  if (!c.passed) {
+    const std::string failed = std::to_string(c.failed_elements) + " of " +
+                               std::to_string(va.size()) + " elements out of tolerance";
+    c.note = c.note.empty() ? failed : failed + "; " + c.note;
+  }
+  return c;
+}
+
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b, double rtol,
+                             double atol, bool shards) {
+  const Manifest ma = read_manifest(dir_a), mb = read_manifest(dir_b);
+  DumpComparison out{dir_a, dir_b, rtol, atol, {}};
+  Context ctx(0);
+  auto path = [](const std::string& dir, const ManifestTensor& t) {
+    return (std::filesystem::path(dir) / t.file).string();
+  };
+  for (const ManifestTensor& ea : ma.tensors) {
+    if (!ea.full() && !shards) continue;
+    const ManifestTensor* eb = mb.find(ea.name, ea.rank);
+    if (!eb) {
+      out.rows.push_back(missing_row(ea, true));
+      continue;
+    }
+    const Tensor a = read_npy(path(dir_a, ea), ctx), b = read_npy(path(dir_b, *eb), ctx);
+    out.rows.push_back(compare_tensors(ea.name, a, b, rtol, atol));
+    out.rows.back().rank = ea.rank;
+  }
+  for (const ManifestTensor& eb : mb.tensors) {
+    if ((eb.full() || shards) && !ma.find(eb.name, eb.rank)) {
+      out.rows.push_back(missing_row(eb, false));
+    }
+  }
+  return out;
+}
+
+void print_comparison(const DumpComparison& c, std::ostream& out) {
+  out << "shardscope check: A = " << c.dir_a << ", B = " << c.dir_b << "\n"
+      << "an element passes when |a - b| <= atol + rtol * |b|: rtol " << number(c.rtol, "%g")
+      << ", atol " << number(c.atol, "%g") << "\n";
+  std::vector<std::vector<std::string>> rows{
+      {"tensor", "shape", "max_abs", "max_rel", "worst index (a vs b)", "result"}};
+  for (const TensorComparison& r : c.rows) rows.push_back(table_row(r));
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const bool right = i == 2 || i == 3;  // numbers
+      const std::string pad(width[i] - row[i].size(), ' ');
+      line +=
+          (i ? "  " : "") + (right ? pad + row[i] : (i + 1 < row.size() ? row[i] + pad : row[i]));
+    }
+    out << line << "\n";
+  }
+  std::size_t passed = 0;
+  for (const TensorComparison& r : c.rows) passed += r.passed ? 1 : 0;
+  if (c.rows.empty()) {
+    out << "FAIL: no tensors to compare (neither manifest lists a full tensor)\n";
+    return;
+  }
+  out << passed << " of " << c.rows.size() << " tensors passed" << (c.passed() ? "\n" : ": FAIL\n");
+}
+
+}  // namespace shardscope

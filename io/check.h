@@ -1,0 +1,63 @@
+// `shardscope check`: compares two dump folders tensor by tensor (same names; the full tensors by
+// default, the per-rank shards too on request). An element passes when
+// |a - b| <= atol + rtol * |b| (B is the reference, as in numpy.isclose); a NaN never passes. A
+// tensor passes when every element does and the shapes agree; a tensor missing on one side fails.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "io/manifest.h"
+
+namespace shardscope {
+
+// Defaults for f32 dumps from two implementations: a sum of h products computed in another order
+// differs by a few ulp of the sum (about 1e-6 relative), so rtol 1e-4 leaves room for the layer's
+// depth; atol 1e-6 covers elements that cancel to near zero, far below the gradient scale
+// (2 / (s b h) per element). A real bug (a wrong slice, a missing reduction) is of order 1.
+constexpr double kDefaultRtol = 1e-4;
+constexpr double kDefaultAtol = 1e-6;
+
+struct TensorComparison {
+  std::string name;
+  int rank = kFullRank;
+  bool in_a = false, in_b = false;
+  Shape shape_a, shape_b;
+  double max_abs = 0;                     // max |a - b|
+  double max_rel = 0;                     // max |a - b| / |b| (inf where b = 0 and a != 0)
+  std::vector<std::int64_t> worst_index;  // the element with the largest |a-b| - atol - rtol*|b|
+  double worst_a = 0, worst_b = 0;        // the values there
+  std::int64_t failed_elements = 0;
+  bool passed = false;
+  std::string note;  // why it failed, or a remark ("dtype f32 in A, f64 in B")
+
+  std::string label() const;  // "input.grad" or "input.grad (rank 1)"
+};
+
+struct DumpComparison {
+  std::string dir_a, dir_b;
+  double rtol = kDefaultRtol, atol = kDefaultAtol;
+  std::vector<TensorComparison> rows;  // A's order, then the names only B has
+
+  // True when there is at least one row and every row passed.
+  bool passed() const;
+};
+
+// Compares two tensors of any dtype and device element by element.
+TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
+                                 double rtol, double atol);
+
+// Reads both manifests (validated; ManifestError or NpyError on a bad dump) and compares the
+// tensors of the same name (and rank, with `shards`).
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
+                             double rtol = kDefaultRtol, double atol = kDefaultAtol,
+                             bool shards = false);
+
+// The table: tensor, shape, max_abs, max_rel, worst index (with a and b there), result; then
+// "N of M tensors passed".
+void print_comparison(const DumpComparison& comparison, std::ostream& out);
+
+}  // namespace shardscope

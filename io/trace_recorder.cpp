@@ -1,0 +1,280 @@
+// TraceRecorder: observer hooks to TraceEvents, one RankState per rank behind one mutex.
+#include "io/trace_recorder.h"
+
+#include <algorithm>
+
+#include "io/trace_writer.h"
+
+namespace shardscope {
+
+// A forward op or backward node that has begun and not yet ended on one rank.
+struct TraceRecorder::OpenSlice {
+  std::uint64_t seq = 0;
+  Phase phase = Phase::forward;
+  Clock::time_point begin;
+  std::vector<std::string> inputs;
+  std::uint64_t alloc_bytes = 0;
+  std::uint64_t saved_bytes = 0;
+  std::uint64_t released_bytes = 0;
+};
+
+// What the recorder tracks for one rank: its open slices (innermost last), its step, the time of
+// its last event (a collective's slice starts there: see on_collective), and its live memory by
+// category, kept by a MemoryLedger of its own so the counters follow the ledger's rules.
+struct TraceRecorder::RankState {
+  std::vector<OpenSlice> open;
+  bool has_step = false;
+  std::int64_t step = 0;
+  Clock::time_point last_event;
+  MemoryLedger ledger;
+  std::array<std::uint64_t, kMemoryCategoryCount> memory{};
+};
+
+namespace {
+
+std::vector<std::string> shape_strings(const std::vector<Shape>* shapes) {
+  std::vector<std::string> out;
+  if (shapes == nullptr) return out;
+  out.reserve(shapes->size());
+  for (const Shape& s : *shapes) out.push_back(s.str());
+  return out;
+}
+
+double unix_micros_now() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration<double, std::micro>(since_epoch).count();
+}
+
+}  // namespace
+
+TraceRecorder::TraceRecorder(TraceOptions options)
+    : start_(Clock::now()),
+      clock_origin_unix_us_(unix_micros_now()),
+      max_events_(options.max_events),
+      config_(std::move(options.config)) {}
+
+TraceRecorder::~TraceRecorder() = default;
+
+double TraceRecorder::micros_since_start(Clock::time_point t) const {
+  return micros_between(start_, t);
+}
+
+// From whole nanoseconds, so a nested slice's end never passes its parent's after rounding.
+double TraceRecorder::micros_between(Clock::time_point from, Clock::time_point to) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+  return static_cast<double>(ns) / 1000.0;
+}
+
+// The rank's state; emits a step mark first when the event's step is not the rank's step.
+TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::time_point now) {
+  std::unique_ptr<RankState>& slot = ranks_[site.rank];
+  if (!slot) {
+    slot = std::make_unique<RankState>();
+    slot->last_event = now;
+  }
+  RankState& state = *slot;
+  if (!state.has_step || state.step != site.step) {
+    TraceEvent mark;
+    mark.kind = TraceEventKind::step;
+    mark.rank = site.rank;
+    mark.step = site.step;
+    mark.phase = site.phase;
+    mark.layer = site.layer;
+    mark.ts_us = micros_since_start(now);
+    keep(std::move(mark));
+    state.has_step = true;
+    state.step = site.step;
+  }
+  state.last_event = std::max(state.last_event, now);
+  return state;
+}
+
+void TraceRecorder::keep(TraceEvent event) {
+  if (events_.size() < max_events_) {
+    events_.push_back(std::move(event));
+  } else {
+    ++dropped_;
+  }
+}
+
+// After the ledger saw a change: a counter event when the rank's live bytes changed.
+void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
+  std::array<std::uint64_t, kMemoryCategoryCount> live{};
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    live[static_cast<std::size_t>(c)] = state.ledger.live(static_cast<MemoryCategory>(c));
+  }
+  if (live == state.memory) return;
+  state.memory = live;
+  TraceEvent counter;
+  counter.kind = TraceEventKind::memory;
+  counter.rank = site.rank;
+  counter.step = site.step;
+  counter.phase = site.phase;
+  counter.layer = site.layer;
+  counter.ts_us = micros_since_start(now);
+  counter.memory = live;
+  keep(std::move(counter));
+}
+
+void TraceRecorder::on_op_begin(const OpEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  OpenSlice slice;
+  slice.seq = e.seq;
+  slice.phase = e.site.phase;
+  slice.begin = now;
+  slice.inputs = shape_strings(e.inputs);
+  state.open.push_back(std::move(slice));
+}
+
+void TraceRecorder::on_op_end(const OpEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  auto it = std::find_if(state.open.rbegin(), state.open.rend(), [&](const OpenSlice& s) {
+    return s.seq == e.seq && s.phase == e.site.phase;
+  });
+  if (it == state.open.rend()) return;  // begun before the recorder was attached
+  OpenSlice& slice = *it;
+  TraceEvent event;
+  event.kind = TraceEventKind::op;
+  event.rank = e.site.rank;
+  event.step = e.site.step;
+  event.phase = e.site.phase;
+  event.layer = e.site.layer;
+  event.op = std::string(e.site.op);
+  event.scope = std::string(e.site.scope);
+  event.seq = e.seq;
+  event.ts_us = micros_since_start(slice.begin);
+  event.dur_us = micros_between(slice.begin, now);
+  event.inputs = std::move(slice.inputs);
+  event.outputs = shape_strings(e.outputs);
+  event.alloc_bytes = slice.alloc_bytes;
+  event.saved_bytes = slice.saved_bytes;
+  event.released_bytes = slice.released_bytes;
+  state.open.erase(std::next(it).base());
+  keep(std::move(event));
+}
+
+void TraceRecorder::on_alloc(const StorageEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
+  state.ledger.on_alloc(e);
+  memory_changed(state, e.site, now);
+}
+
+void TraceRecorder::on_free(const StorageEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  state.ledger.on_free(e);
+  memory_changed(state, e.site, now);
+}
+
+void TraceRecorder::on_recategorize(const StorageEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  state.ledger.on_recategorize(e);
+  memory_changed(state, e.site, now);
+}
+
+void TraceRecorder::on_save(const SaveEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  if (!state.open.empty() && e.storage_category != MemoryCategory::parameter) {
+    state.open.back().saved_bytes += e.bytes;
+  }
+  state.ledger.on_save(e);
+  memory_changed(state, e.site, now);
+}
+
+void TraceRecorder::on_release(const SaveEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankState& state = rank_state(e.site, now);
+  if (!state.open.empty() && e.storage_category != MemoryCategory::parameter) {
+    state.open.back().released_bytes += e.bytes;
+  }
+  state.ledger.on_release(e);
+  memory_changed(state, e.site, now);
+}
+
+// Observers hear of a collective only once it completed, so its slice starts at the rank's
+// previous event (usually the allocation of its buffer or the issuing op's begin): an upper
+// bound on its duration that includes the wait for the slowest rank.
+void TraceRecorder::on_collective(const CollectiveEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = ranks_.find(e.site.rank);
+  const Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
+  const RankState& state = rank_state(e.site, now);
+  TraceEvent event;
+  event.kind = TraceEventKind::collective;
+  event.rank = e.site.rank;
+  event.step = e.site.step;
+  event.phase = e.site.phase;
+  event.layer = e.site.layer;
+  event.op = std::string(e.site.op);
+  event.scope = std::string(e.site.scope);
+  // The issuing op's number; ProcessGroup leaves it 0, and the innermost open slice is the op
+  // (forward) or node (backward) that issued the collective.
+  event.seq = e.seq != 0 || state.open.empty() ? e.seq : state.open.back().seq;
+  event.ts_us = micros_since_start(previous);
+  event.dur_us = micros_between(previous, now);
+  event.collective = e.kind;
+  event.purpose = e.purpose;
+  event.reduce = e.reduce;
+  event.group_size = e.group_size;
+  event.count = e.count;
+  event.dtype = e.dtype;
+  event.full_bytes = e.full_bytes;
+  event.bytes_sent = e.bytes_sent;
+  keep(std::move(event));
+}
+
+void TraceRecorder::set_config(nlohmann::json config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  config_ = std::move(config);
+}
+
+std::vector<TraceEvent> TraceRecorder::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
+std::size_t TraceRecorder::dropped_events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+TraceMeta TraceRecorder::meta() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return meta_locked();
+}
+
+TraceMeta TraceRecorder::meta_locked() const {
+  TraceMeta meta;
+  meta.config = config_;
+  for (const auto& [rank, state] : ranks_) meta.ranks.push_back(rank);
+  meta.max_events = max_events_;
+  meta.dropped_events = dropped_;
+  meta.clock_origin_unix_us = clock_origin_unix_us_;
+  return meta;
+}
+
+nlohmann::json TraceRecorder::to_chrome_trace() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return trace_to_json(events_, meta_locked());
+}
+
+void TraceRecorder::write_chrome_trace(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mutex_);  // no copy of the events; recording waits
+  write_trace_file(path, events_, meta_locked());
+}
+
+}  // namespace shardscope

@@ -1,0 +1,85 @@
+// TraceRecorder: an observer that records a run as TraceEvents for a Chrome trace (docs/
+// trace-format.md): a slice per forward op and backward node, a slice per collective on its own
+// lane, a memory counter by category after every change, and a mark when a rank's step changes.
+// Capture only: it keeps events in a bounded buffer (the first max_events; later ones are counted
+// as dropped) and writes them on request; viewers read the file.
+//
+// Thread-safe: one recorder may be attached to the Context of every rank of a threads run, and
+// the ranks record in parallel. Times are steady_clock microseconds since the recorder was made.
+// Under MPI each process records its own rank: write to rank_trace_path(path, rank) and merge the
+// files with merge_trace_files (io/trace_reader.h).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/memory_ledger.h"
+#include "autograd/observer.h"
+#include "io/trace_event.h"
+
+namespace shardscope {
+
+struct TraceOptions {
+  std::size_t max_events = 2'000'000;                // about 300 bytes each in memory
+  nlohmann::json config = nlohmann::json::object();  // written to otherData.config
+};
+
+class TraceRecorder final : public Observer {
+ public:
+  explicit TraceRecorder(TraceOptions options = {});
+  ~TraceRecorder() override;
+  TraceRecorder(const TraceRecorder&) = delete;
+  TraceRecorder& operator=(const TraceRecorder&) = delete;
+
+  // Replaces otherData.config (for example once the run's configuration is known).
+  void set_config(nlohmann::json config);
+
+  // The kept events in recording order, and what the file will say about itself.
+  std::vector<TraceEvent> events() const;
+  TraceMeta meta() const;
+  std::size_t dropped_events() const;
+
+  nlohmann::json to_chrome_trace() const;
+  // Throws Error naming the path when it cannot be written.
+  void write_chrome_trace(const std::string& path) const;
+
+  void on_op_begin(const OpEvent& e) override;
+  void on_op_end(const OpEvent& e) override;
+  void on_alloc(const StorageEvent& e) override;
+  void on_free(const StorageEvent& e) override;
+  void on_recategorize(const StorageEvent& e) override;
+  void on_save(const SaveEvent& e) override;
+  void on_release(const SaveEvent& e) override;
+  void on_collective(const CollectiveEvent& e) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct OpenSlice;
+  struct RankState;
+
+  double micros_since_start(Clock::time_point t) const;
+  static double micros_between(Clock::time_point from, Clock::time_point to);
+  TraceMeta meta_locked() const;
+  RankState& rank_state(const Site& site, Clock::time_point now);
+  void keep(TraceEvent event);
+  void memory_changed(RankState& state, const Site& site, Clock::time_point now);
+
+  const Clock::time_point start_;
+  const double clock_origin_unix_us_;
+  const std::size_t max_events_;
+  mutable std::mutex mutex_;
+  nlohmann::json config_;
+  std::vector<TraceEvent> events_;
+  std::size_t dropped_ = 0;
+  std::map<int, std::unique_ptr<RankState>> ranks_;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,29 @@
+// Trace writer: TraceEvents and TraceMeta to Chrome trace event JSON (docs/trace-format.md),
+// as a JSON value or streamed to a file one event at a time (no whole-trace DOM in memory).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/trace_event.h"
+
+namespace shardscope {
+
+// The traceEvents entry of one event.
+nlohmann::json trace_event_to_json(const TraceEvent& event);
+// The "otherData" object.
+nlohmann::json trace_meta_to_json(const TraceMeta& meta);
+// The whole trace: {"displayTimeUnit", "otherData", "traceEvents": [process and lane names,
+// then the events by start time]}.
+nlohmann::json trace_to_json(const std::vector<TraceEvent>& events, const TraceMeta& meta);
+// The same JSON, streamed.
+void write_trace(std::ostream& out, const std::vector<TraceEvent>& events, const TraceMeta& meta);
+// The same JSON into `path`, written to "path.tmp" first and renamed, so a reader never sees a
+// half-written file under `path`. Throws Error naming the path when it cannot be written.
+void write_trace_file(const std::string& path, const std::vector<TraceEvent>& events,
+                      const TraceMeta& meta);
+
+}  // namespace shardscope

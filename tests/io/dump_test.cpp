@@ -1,0 +1,322 @@
+// Dump folders: DumpWriter on one and two thread ranks (full tensors, per-rank shards, Replicate
+// and Partial), load_dump, manifest validation errors, and compare_dumps with its table.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "io/check.h"
+#include "io/dump.h"
+#include "io/npy.h"
+#include "parallel/collective_ops.h"
+#include "parallel/spmd.h"
+
+namespace shardscope {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<double> ramp(std::int64_t n, double scale) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * (static_cast<double>(i) - 2.5);
+  return v;
+}
+
+// The full tensors every sample dump holds; each rank passes its part to the DumpWriter.
+struct Sample {
+  static Tensor act(Context& c) { return Tensor::from_vector(c, {4, 3}, ramp(12, 0.5)); }
+  static Tensor weight(Context& c) { return Tensor::from_vector(c, {2, 4}, ramp(8, 0.25)); }
+  static Tensor bias(Context& c) { return Tensor::from_vector(c, {3}, {1, 2, 3}, DType::f64); }
+  static Tensor mask(Context& c) { return Tensor::from_vector(c, {4}, {1, 0, 1, 1}, DType::u8); }
+};
+
+class DumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            ("shardscope_dump_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string dir(const std::string& name) const { return (root_ / name).string(); }
+
+  // A dump of the sample tensors from `world` thread ranks.
+  std::string write_sample(const std::string& name, int world) {
+    const std::string out = dir(name);
+    LayerConfig config;
+    config.mode = world == 1 ? ParallelMode::single : ParallelMode::tp;
+    config.degree = world;
+    run_spmd(world, SpmdOptions{}, [&](RankEnv& env) {
+      Context& c = env.ctx;
+      DumpWriter writer(out, env.group, manifest_header(config));
+      const int r = env.rank, t = env.world;
+      writer.add("act", slice_of_full(Sample::act(c), Placement::shard(0), r, t),
+                 Placement::shard(0));
+      writer.add("weight", slice_of_full(Sample::weight(c), Placement::shard(1), r, t),
+                 Placement::shard(1));
+      writer.add("bias", Sample::bias(c), Placement::replicate());
+      writer.add("mask", slice_of_full(Sample::mask(c), Placement::shard(0), r, t),
+                 Placement::shard(0));
+      // Partial: rank r holds (r + 1) * v; the full tensor is the sum.
+      writer.add("partial", Tensor::from_vector(c, {2}, {1.0 * (r + 1), -2.0 * (r + 1)}),
+                 Placement::partial());
+      writer.finish();
+    });
+    return out;
+  }
+
+  static json read_json(const std::string& file) {
+    std::ifstream in(file);
+    return json::parse(in);
+  }
+  static void write_json(const std::string& file, const json& j) {
+    std::ofstream(file) << j.dump(2);
+  }
+  // The ManifestError message of reading `dump` after `edit` changed its manifest.
+  static std::string manifest_error(const std::string& dump,
+                                    const std::function<void(json&)>& edit) {
+    const std::string file = (fs::path(dump) / kManifestFile).string();
+    const json original = read_json(file);
+    json changed = original;
+    edit(changed);
+    write_json(file, changed);
+    std::string message;
+    try {
+      read_manifest(dump);
+    } catch (const ManifestError& e) {
+      message = e.what();
+    }
+    write_json(file, original);
+    return message;
+  }
+
+  Context ctx_;
+  fs::path root_;
+};
+
+TEST_F(DumpTest, WritesFullTensorsAndEveryRanksShard) {
+  const std::string d = write_sample("two", 2);
+  const Manifest m = read_manifest(d);
+  EXPECT_EQ(m.degree, 2);
+  EXPECT_EQ(m.mode, "tp");
+  EXPECT_EQ(m.config.at("hidden"), 32);
+
+  ASSERT_NE(m.find("act"), nullptr);
+  EXPECT_EQ(m.find("act")->file, "act.npy");
+  EXPECT_EQ(m.find("act")->shape, (Shape{4, 3}));
+  EXPECT_EQ(m.find("act")->placement, Placement::shard(0));
+  ASSERT_NE(m.find("act", 1), nullptr);
+  EXPECT_EQ(m.find("act", 1)->file, "act.rank1.npy");
+  EXPECT_EQ(m.find("act", 1)->shape, (Shape{2, 3}));
+  EXPECT_EQ(read_npy(d + "/act.npy", ctx_).to_vector(), Sample::act(ctx_).to_vector());
+  EXPECT_EQ(read_npy(d + "/act.rank1.npy", ctx_).to_vector(),
+            slice_of_full(Sample::act(ctx_), Placement::shard(0), 1, 2).to_vector());
+  EXPECT_EQ(read_npy(d + "/weight.rank1.npy", ctx_).to_vector(),
+            slice_of_full(Sample::weight(ctx_), Placement::shard(1), 1, 2).to_vector());
+  EXPECT_EQ(m.find("weight", 0)->shape, (Shape{2, 2}));
+
+  EXPECT_NE(m.find("bias"), nullptr);
+  EXPECT_EQ(m.find("bias", 0), nullptr) << "a Replicate tensor has only its full file";
+  EXPECT_FALSE(fs::exists(d + "/bias.rank0.npy"));
+  EXPECT_EQ(m.find("bias")->dtype, DType::f64);
+  EXPECT_EQ(read_npy(d + "/mask.npy", ctx_).dtype(), DType::u8);
+
+  EXPECT_EQ(read_npy(d + "/partial.npy", ctx_).to_vector(), (std::vector<double>{3, -6}));
+  EXPECT_EQ(read_npy(d + "/partial.rank1.npy", ctx_).to_vector(), (std::vector<double>{2, -4}));
+
+  const json j = read_json(d + "/manifest.json");
+  EXPECT_EQ(j.at("format"), "shardscope-dump");
+  EXPECT_EQ(j.at("version"), 1);
+  EXPECT_EQ(j.at("dtype"), "f32");
+  EXPECT_EQ(j.at("tensors").at(0).at("rank"), "full");
+  EXPECT_EQ(j.at("tensors").at(1).at("rank"), 0);
+  EXPECT_EQ(j.at("tensors").at(0).at("placement"), "Shard(0)");
+  EXPECT_EQ(j.at("tensors").size(), 3u + 3u + 1u + 3u + 3u);
+}
+
+TEST_F(DumpTest, OneRankDumpsEqualTheTwoRankFullTensors) {
+  const std::string one = write_sample("one", 1), two = write_sample("two", 2);
+  const DumpComparison c = compare_dumps(one, two, 0, 0);
+  ASSERT_EQ(c.rows.size(), 5u);
+  for (const TensorComparison& row : c.rows) {  // a Partial's sum depends on the rank count
+    EXPECT_EQ(row.passed, row.name != "partial") << row.name << ": " << row.note;
+  }
+}
+
+TEST_F(DumpTest, RejectsBadNamesAndUndefinedTensors) {
+  const std::string out = dir("bad");
+  run_spmd(1, SpmdOptions{}, [&](RankEnv& env) {
+    DumpWriter writer(out, env.group, manifest_header(LayerConfig{}));
+    EXPECT_THROW(writer.add("a/b", Sample::bias(env.ctx), Placement::replicate()), ManifestError);
+    EXPECT_THROW(writer.add("x.grad", Tensor(), Placement::replicate()), ArgumentError);
+    writer.add("x", Sample::bias(env.ctx), Placement::replicate());
+    EXPECT_THROW(writer.add("x", Sample::bias(env.ctx), Placement::replicate()), ArgumentError);
+  });
+}
+
+TEST_F(DumpTest, LoadDumpReturnsTheFullTensors) {
+  const std::string d = write_sample("two", 2);
+  const LoadedDump dump = load_dump(d);
+  EXPECT_EQ(dump.tensors.size(), 5u);
+  EXPECT_EQ(dump.at("weight").to_vector(), Sample::weight(ctx_).to_vector());
+  Context other(1);
+  Tensor dst = Tensor::zeros(other, {4, 3});
+  dump.copy_into("act", dst);
+  EXPECT_EQ(dst.to_vector(), Sample::act(ctx_).to_vector());
+  Tensor wrong = Tensor::zeros(other, {4, 3}, DType::f64);
+  EXPECT_THAT([&] { dump.copy_into("act", wrong); },
+              ::testing::ThrowsMessage<ManifestError>(AllOf(
+                  HasSubstr("'act' is f32[4, 3] in the dump"), HasSubstr("needs f64[4, 3]"))));
+  EXPECT_THAT([&] { dump.at("nope"); }, ::testing::ThrowsMessage<ManifestError>(
+                                            AllOf(HasSubstr("no full tensor 'nope'"),
+                                                  HasSubstr("act, bias, mask, partial, weight"))));
+}
+
+TEST_F(DumpTest, ManifestErrorsNameTheFieldAndTensor) {
+  const std::string d = write_sample("two", 2);
+  ASSERT_NO_THROW(read_manifest(d));
+  auto error = [&](const std::function<void(json&)>& edit) { return manifest_error(d, edit); };
+  EXPECT_THAT(error([](json& j) { j.erase("format"); }), HasSubstr("missing field 'format'"));
+  EXPECT_THAT(error([](json& j) { j["format"] = "other"; }),
+              HasSubstr("expected 'shardscope-dump'"));
+  EXPECT_THAT(error([](json& j) { j["version"] = 2; }), HasSubstr("version 2 is not supported"));
+  EXPECT_THAT(error([](json& j) { j["degree"] = "two"; }),
+              HasSubstr("field 'degree' must be an integer, given \"two\""));
+  EXPECT_THAT(error([](json& j) { j["tensors"] = json::object(); }),
+              HasSubstr("field 'tensors' must be an array"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][3].erase("shape"); }),
+              AllOf(HasSubstr("tensors[3] ('weight')"), HasSubstr("missing field 'shape'")));
+  EXPECT_THAT(error([](json& j) {
+                j["tensors"][3]["shape"] = {2, -4};
+              }),
+              HasSubstr("field 'shape' must be an array of non-negative integers"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][0]["dtype"] = "f16"; }),
+              AllOf(HasSubstr("('act')"), HasSubstr("dtype 'f16' is not one of")));
+  EXPECT_THAT(error([](json& j) { j["tensors"][0]["placement"] = "Shard(x)"; }),
+              HasSubstr("placement 'Shard(x)' is not one of"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][1]["rank"] = 2; }),
+              HasSubstr("field 'rank' must be \"full\" or an integer in [0, degree 2), given 2"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][1]["rank"] = "full"; }),
+              HasSubstr("tensor 'act' appears twice"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][0]["file"] = "../act.npy"; }),
+              HasSubstr("field 'file' must be a file name inside the dump folder"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][0]["file"] = "gone.npy"; }),
+              AllOf(HasSubstr("tensor 'act'"), HasSubstr("gone.npy is missing")));
+  EXPECT_THAT(error([](json& j) {
+                j["tensors"][0]["shape"] = {3, 4};
+              }),
+              AllOf(HasSubstr("tensor 'act': the manifest says f32[3, 4]"),
+                    HasSubstr("act.npy holds f32[4, 3]")));
+  EXPECT_THAT(error([](json& j) { j["tensors"][1]["dtype"] = "f64"; }),
+              HasSubstr("tensor 'act (rank 0)': the manifest says f64[2, 3]"));
+
+  std::ofstream(d + "/manifest.json") << "{\"format\": ";
+  EXPECT_THAT([&] { read_manifest(d); },
+              ::testing::ThrowsMessage<ManifestError>(HasSubstr("not valid JSON")));
+  EXPECT_THAT([&] { read_manifest(dir("nowhere")); },
+              ::testing::ThrowsMessage<ManifestError>(HasSubstr("cannot open the manifest")));
+}
+
+TEST_F(DumpTest, ABadNpyFileIsNamedWithItsTensor) {
+  const std::string d = write_sample("two", 2);
+  std::ofstream(d + "/bias.npy", std::ios::binary | std::ios::trunc) << "garbage";
+  EXPECT_THAT([&] { read_manifest(d); },
+              ::testing::ThrowsMessage<ManifestError>(
+                  AllOf(HasSubstr("tensor 'bias'"), HasSubstr("wrong magic"))));
+}
+
+TEST_F(DumpTest, CompareDumpsPassesIdenticalDumps) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  const DumpComparison c = compare_dumps(a, b);
+  EXPECT_TRUE(c.passed());
+  ASSERT_EQ(c.rows.size(), 5u) << "full tensors only by default";
+  for (const TensorComparison& row : c.rows) EXPECT_EQ(row.max_abs, 0) << row.name;
+  EXPECT_EQ(compare_dumps(a, b, 0, 0, /*shards=*/true).rows.size(), 5u + 2u * 4u);
+}
+
+TEST_F(DumpTest, CompareDumpsNamesAPerturbedTensorAndItsWorstIndex) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  std::vector<double> act = Sample::act(ctx_).to_vector();
+  act[7] += 0.01;  // [2, 1]
+  act[4] += 1e-6;  // within atol + rtol * |b|
+  write_npy(b + "/act.npy", Tensor::from_vector(ctx_, {4, 3}, act));
+  const DumpComparison c = compare_dumps(a, b, 1e-4, 1e-6);
+  EXPECT_FALSE(c.passed());
+  const TensorComparison& row = c.rows[0];
+  EXPECT_EQ(row.name, "act");
+  EXPECT_FALSE(row.passed);
+  EXPECT_EQ(row.failed_elements, 1);
+  EXPECT_THAT(row.worst_index, ElementsAre(2, 1));
+  EXPECT_NEAR(row.max_abs, 0.01, 1e-6);
+  for (std::size_t i = 1; i < c.rows.size(); ++i) EXPECT_TRUE(c.rows[i].passed) << c.rows[i].name;
+
+  std::ostringstream table;
+  print_comparison(c, table);
+  EXPECT_THAT(table.str(),
+              AllOf(HasSubstr("act "), HasSubstr("[2, 1] ("), HasSubstr("FAIL (1 of 12"),
+                    HasSubstr("4 of 5 tensors passed: FAIL")));
+}
+
+TEST_F(DumpTest, CompareDumpsFailsAMissingTensorAndAShapeMismatch) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  const std::string file = b + "/manifest.json";
+  json j = read_json(file);
+  auto& tensors = j["tensors"];
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                               [](const json& t) { return t["name"] == "bias"; }),
+                tensors.end());
+  write_json(file, j);
+  write_npy(b + "/partial.npy", Tensor::zeros(ctx_, {1, 2}));
+  for (auto& t : j["tensors"]) {
+    if (t["name"] == "partial" && t["rank"] == "full") t["shape"] = {1, 2};
+  }
+  write_json(file, j);
+  const DumpComparison c = compare_dumps(a, b);
+  EXPECT_FALSE(c.passed());
+  std::ostringstream table;
+  print_comparison(c, table);
+  EXPECT_THAT(table.str(), AllOf(HasSubstr("FAIL (missing in B)"),
+                                 HasSubstr("FAIL (shape [2] in A, [1, 2] in B)"),
+                                 HasSubstr("3 of 5 tensors passed: FAIL")));
+  const DumpComparison reversed = compare_dumps(b, a);
+  EXPECT_EQ(reversed.rows.back().name, "bias");
+  EXPECT_EQ(reversed.rows.back().note, "missing in A");
+}
+
+TEST_F(DumpTest, CompareTensorsHandlesNanInfinityAndDtypes) {
+  const Tensor a = Tensor::from_vector(ctx_, {4}, {1, INFINITY, NAN, 0}, DType::f64);
+  const Tensor b = Tensor::from_vector(ctx_, {4}, {1, INFINITY, 1, 0}, DType::f32);
+  const TensorComparison c = compare_tensors("x", a, b, 1e-3, 1e-3);
+  EXPECT_FALSE(c.passed);
+  EXPECT_EQ(c.failed_elements, 1);
+  EXPECT_THAT(c.worst_index, ElementsAre(2));
+  EXPECT_THAT(c.note, HasSubstr("dtype f64 in A, f32 in B"));
+  const Tensor inf = Tensor::from_vector(ctx_, {1}, {INFINITY}),
+               one = Tensor::from_vector(ctx_, {1}, {1});
+  EXPECT_FALSE(compare_tensors("y", one, inf, 1, 1).passed) << "1 is not close to inf";
+  EXPECT_TRUE(compare_tensors("z", one, one, 0, 0).passed);
+}
+
+TEST_F(DumpTest, ADumpWithNoFullTensorsDoesNotPass) {
+  fs::create_directories(dir("empty"));
+  write_manifest(dir("empty"), Manifest{});
+  const DumpComparison c = compare_dumps(dir("empty"), dir("empty"));
+  EXPECT_FALSE(c.passed());
+  std::ostringstream table;
+  print_comparison(c, table);
+  EXPECT_THAT(table.str(), HasSubstr("no tensors to compare"));
+}
+
+}  // namespace
+}  // namespace shardscope

@@ -1,0 +1,210 @@
+// The trace recorder on a tp run at degree 2, written and read back: one process per rank, the
+// collectives the tp layer must issue per rank and step, op and node slices with their step,
+// memory counters that end where the run left memory, step marks, the bound on kept events, and
+// the merge of per-rank files (the MPI path).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "io/trace_writer.h"
+#include "tests/io/trace_testing.h"
+
+namespace shardscope {
+namespace {
+
+using ::testing::ElementsAre;
+using trace_testing::RecordedTrace;
+
+const TraceFile& read_back() {
+  static const TraceFile file = read_trace(RecordedTrace::get().path);
+  return file;
+}
+
+std::vector<const TraceEvent*> of_kind(int rank, TraceEventKind kind) {
+  std::vector<const TraceEvent*> out;
+  for (const TraceEvent& e : read_back().events) {
+    if (e.rank == rank && e.kind == kind) out.push_back(&e);
+  }
+  return out;
+}
+
+TEST(Trace, OneProcessPerRankWithNamedLanes) {
+  const TraceFile& file = read_back();
+  EXPECT_THAT(file.meta.ranks, ElementsAre(0, 1));
+  EXPECT_EQ(file.meta.version, kTraceFormatVersion);
+  EXPECT_EQ(file.meta.config["mode"], "tp");
+  EXPECT_EQ(file.meta.dropped_events, 0u);
+  std::map<int, std::string> process_names;
+  std::set<std::pair<int, std::string>> lanes;
+  for (const nlohmann::json& e : RecordedTrace::get().written["traceEvents"]) {
+    if (e["ph"] != "M") continue;
+    const std::string name = e["args"].value("name", "");
+    if (e["name"] == "process_name") process_names[e["pid"].get<int>()] = name;
+    if (e["name"] == "thread_name") lanes.insert({e["tid"].get<int>(), name});
+  }
+  EXPECT_EQ(process_names, (std::map<int, std::string>{{1, "rank 0"}, {2, "rank 1"}}));
+  EXPECT_EQ(lanes, (std::set<std::pair<int, std::string>>{{kComputeLane, "compute"},
+                                                          {kCollectiveLane, "collectives"}}));
+}
+
+TEST(Trace, ReadingBackGivesWhatWasWritten) {
+  const TraceFile& file = read_back();
+  EXPECT_EQ(trace_to_json(file.events, file.meta), RecordedTrace::get().written);
+  for (std::size_t i = 1; i < file.events.size(); ++i) {
+    ASSERT_LE(file.events[i - 1].ts_us, file.events[i].ts_us) << "event " << i;
+  }
+}
+
+// The op slice (forward) or node slice (backward) whose number and op the collective carries.
+bool issued_by_a_slice(const TraceEvent& collective) {
+  for (const TraceEvent* e : of_kind(collective.rank, TraceEventKind::op)) {
+    if (e->seq == collective.seq && e->op == collective.op && e->phase == collective.phase &&
+        e->ts_us <= collective.ts_us) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Megatron tp: f and g each all-reduce once per block in one direction: forward after the row
+// linears of attention and MLP, backward before the column linears. Only the reference check
+// adds others, under its own purpose.
+TEST(Trace, TpIssuesTwoActivationAllReducesEachWayPerRankAndStep) {
+  for (int rank : {0, 1}) {
+    std::map<std::pair<std::int64_t, Phase>, int> activation;
+    int loss = 0, check = 0;
+    for (const TraceEvent* e : of_kind(rank, TraceEventKind::collective)) {
+      EXPECT_EQ(e->group_size, 2);
+      EXPECT_GE(e->dur_us, 0);
+      if (e->purpose == CommPurpose::loss) ++loss;
+      if (e->purpose == CommPurpose::check) ++check;
+      if (e->purpose != CommPurpose::activation) continue;
+      EXPECT_EQ(e->collective, CollectiveKind::all_reduce);
+      EXPECT_GT(e->bytes_sent, 0);
+      EXPECT_EQ(e->count, 8 * 2 * 16);  // [s, b, h]
+      ++activation[{e->step, e->phase}];
+      EXPECT_TRUE(issued_by_a_slice(*e)) << e->op << " seq " << e->seq << " on rank " << rank;
+    }
+    const std::map<std::pair<std::int64_t, Phase>, int> expected{{{0, Phase::forward}, 2},
+                                                                 {{0, Phase::backward}, 2},
+                                                                 {{1, Phase::forward}, 2},
+                                                                 {{1, Phase::backward}, 2}};
+    EXPECT_EQ(activation, expected) << "rank " << rank;
+    EXPECT_EQ(loss, 0) << "tp's output is replicated: each rank has the whole loss";
+    EXPECT_GT(check, 0) << "the reference check gathers at step 0";
+  }
+}
+
+TEST(Trace, OpAndNodeSlicesCarryStepShapesAndBytes) {
+  for (int rank : {0, 1}) {
+    std::map<std::pair<std::int64_t, Phase>, int> slices;
+    std::uint64_t saved = 0, released = 0;
+    bool qkv = false;
+    for (const TraceEvent* e : of_kind(rank, TraceEventKind::op)) {
+      ++slices[{e->step, e->phase}];
+      EXPECT_GE(e->dur_us, 0);
+      EXPECT_EQ(e->layer, 0);
+      saved += e->saved_bytes;
+      released += e->released_bytes;
+      if (e->phase == Phase::forward && e->scope == "attn.qkv" && e->op == "matmul") {
+        qkv = true;
+        EXPECT_FALSE(e->inputs.empty());
+        EXPECT_EQ(e->inputs[0], "[8, 2, 16]");
+        EXPECT_EQ(e->outputs.size(), 1u);
+        EXPECT_GT(e->alloc_bytes, 0u);
+      }
+    }
+    EXPECT_TRUE(qkv) << "no forward matmul in attn.qkv on rank " << rank;
+    for (std::int64_t step : {0, 1}) {
+      EXPECT_GT((slices[{step, Phase::forward}]), 5) << "rank " << rank << " step " << step;
+      EXPECT_GT((slices[{step, Phase::backward}]), 5) << "rank " << rank << " step " << step;
+    }
+    EXPECT_GT(saved, 0u);
+    EXPECT_EQ(saved, released) << "backward releases what forward saved";
+  }
+}
+
+TEST(Trace, MemoryCountersRiseAndEndWhereTheRunLeftMemory) {
+  const RecordedTrace& recorded = RecordedTrace::get();
+  for (int rank : {0, 1}) {
+    const std::vector<const TraceEvent*> counters = of_kind(rank, TraceEventKind::memory);
+    ASSERT_FALSE(counters.empty());
+    std::uint64_t max_saved = 0, max_parameters = 0;
+    for (const TraceEvent* e : counters) {
+      const auto at = [&](MemoryCategory c) { return e->memory[static_cast<std::size_t>(c)]; };
+      max_saved = std::max(max_saved, at(MemoryCategory::saved_activation));
+      max_parameters = std::max(max_parameters, at(MemoryCategory::parameter));
+    }
+    const RankMemory& measured = recorded.runs[static_cast<std::size_t>(rank)].memory;
+    EXPECT_GE(static_cast<double>(max_saved), measured.saved_activation_bytes);
+    EXPECT_GT(max_parameters, 0u);
+    for (std::uint64_t bytes : counters.back()->memory) {
+      EXPECT_EQ(bytes, 0u) << "rank " << rank << ": run_layer_rank frees all it allocated";
+    }
+  }
+}
+
+// Every event's step is the step of the latest mark before it on its rank.
+TEST(Trace, StepMarksOpenEachStepOnEveryRank) {
+  for (int rank : {0, 1}) {
+    const std::vector<const TraceEvent*> marks = of_kind(rank, TraceEventKind::step);
+    std::vector<std::int64_t> steps;
+    for (const TraceEvent* m : marks) steps.push_back(m->step);
+    EXPECT_THAT(steps, ElementsAre(0, 1)) << "rank " << rank;
+    std::int64_t current = -1;
+    for (const TraceEvent& e : read_back().events) {
+      if (e.rank != rank) continue;
+      if (e.kind == TraceEventKind::step) current = e.step;
+      if (e.kind == TraceEventKind::op || e.kind == TraceEventKind::memory) {
+        ASSERT_EQ(e.step, current) << "rank " << rank << " at " << e.ts_us << " us";
+      }
+    }
+  }
+}
+
+TEST(Trace, KeepsAtMostMaxEventsAndCountsTheRest) {
+  TraceOptions options;
+  options.max_events = 50;
+  TraceRecorder recorder(options);
+  trace_testing::record_run(trace_testing::tp_spec(1), recorder);
+  EXPECT_EQ(recorder.events().size(), 50u);
+  EXPECT_GT(recorder.dropped_events(), 0u);
+  const std::string path = trace_testing::temp_path("bounded.json");
+  recorder.write_chrome_trace(path);
+  const TraceFile file = read_trace(path);
+  EXPECT_EQ(file.events.size(), 50u);
+  EXPECT_EQ(file.meta.dropped_events, recorder.dropped_events());
+  EXPECT_EQ(file.meta.max_events, 50u);
+  std::remove(path.c_str());
+}
+
+TEST(Trace, RankPathsAndMergeForMpiRuns) {
+  EXPECT_EQ(rank_trace_path("out/trace.json", 3), "out/trace.rank3.json");
+  EXPECT_EQ(rank_trace_path("trace", 0), "trace.rank0.json");
+  // Two recorders, one per rank, as two MPI processes would have.
+  TraceRecorder rank0, rank1;
+  const LayerRunSpec spec = trace_testing::tp_spec(1);
+  run_spmd(2, SpmdOptions{}, [&](RankEnv& env) {
+    ObserverGuard attach(env.ctx, env.rank == 0 ? rank0 : rank1);
+    run_layer_rank(env, spec);
+  });
+  const std::string base = trace_testing::temp_path("mpi.json");
+  rank0.write_chrome_trace(rank_trace_path(base, 0));
+  rank1.write_chrome_trace(rank_trace_path(base, 1));
+  merge_trace_files({rank_trace_path(base, 0), rank_trace_path(base, 1)}, base);
+  const TraceFile merged = read_trace(base);
+  EXPECT_THAT(merged.meta.ranks, ElementsAre(0, 1));
+  EXPECT_EQ(merged.events.size(), rank0.events().size() + rank1.events().size());
+  EXPECT_THROW(merge_traces({read_trace(base), read_trace(rank_trace_path(base, 1))}),
+               TraceFormatError);
+  for (const std::string& p : {base, rank_trace_path(base, 0), rank_trace_path(base, 1)}) {
+    std::remove(p.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
