@@ -1,6 +1,8 @@
 // `shardscope run`: launch the ranks, then print what rank 0 saw.
 #include "apps/run.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -65,6 +67,13 @@ LayerRunSpec spec_with_io(const RunOptions& options) {
     auto dump = std::make_shared<const LoadedDump>(load_dump(options.load_dir));
     spec.load = [dump](const std::string& name, const Tensor& full) {
       dump->copy_into(name, full);
+    };
+  }
+  if (isatty(STDERR_FILENO)) {  // a progress line for a person at a terminal
+    spec.on_step = [mode = mode_name(spec.layer.mode), degree = spec.layer.degree,
+                    steps = spec.steps](int step) {
+      std::fprintf(stderr, "\r[shardscope] %s on %d rank(s): step %d/%d%s", mode, degree, step + 1,
+                   steps, step + 1 == steps ? "\n" : "");
     };
   }
   return spec;

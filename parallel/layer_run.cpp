@@ -237,6 +237,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
   run.rank = env.rank;
   for (int step = 0; step < spec.steps; ++step) {
     env.ctx.set_step(step);
+    if (spec.on_step && env.rank == 0) spec.on_step(step);
     const auto start = std::chrono::steady_clock::now();
     ParallelTensor y = layer.forward(x);
     if (inspector) inspector->tensor(env.rank, "output", y);

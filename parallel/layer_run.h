@@ -37,6 +37,8 @@ struct LayerRunSpec {
   // Overwrites a full tensor the run starts from (a parameter by name, "input", "target") with
   // loaded values, instead of the seed's.
   std::function<void(const std::string& name, const Tensor& full)> load;
+  // Called on rank 0 as each step starts (a progress line).
+  std::function<void(int step)> on_step;
 };
 
 struct StepRecord {
