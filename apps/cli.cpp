@@ -47,6 +47,8 @@ void add_run_flags(CLI::App& run, RunOptions& o, FlagText& text) {
   run.add_option("--dump", o.dump_dir,
                  "write every tensor of step 0 (full and per-rank .npy, manifest.json) here");
   run.add_option("--load", o.load_dir, "start from this dump's weights, input and target");
+  run.add_option("--trace", o.trace_path,
+                 "write a Chrome trace (Perfetto, chrome://tracing) of the run to this file");
 }
 
 DType parse_dtype(const std::string& name) {

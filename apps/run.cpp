@@ -6,10 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <memory>
 #include <mutex>
+#include <optional>
 
 #include "autograd/errors.h"
 #include "io/dump.h"
+#include "io/trace_reader.h"
+#include "io/trace_recorder.h"
 #include "parallel/parallel_layer.h"
 
 namespace shardscope {
@@ -79,6 +83,34 @@ LayerRunSpec spec_with_io(const RunOptions& options) {
   return spec;
 }
 
+std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
+  if (o.trace_path.empty()) return nullptr;
+  const LayerConfig& c = o.spec.layer;
+  TraceOptions t;
+  t.config = {{"mode", mode_name(c.mode)},
+              {"degree", c.degree},
+              {"seq", c.seq},
+              {"batch", c.batch},
+              {"hidden", c.hidden},
+              {"heads", c.heads},
+              {"dropout", c.dropout},
+              {"dtype", dtype_name(c.dtype)},
+              {"steps", o.spec.steps},
+              {"comm", comm_kind_name(o.comm)}};
+  return std::make_unique<TraceRecorder>(std::move(t));
+}
+
+// MPI: every process writes its rank's trace next to FILE; rank 0 merges them into FILE (the
+// ranks need a shared filesystem for that, as for --dump and --report).
+void write_mpi_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv& env) {
+  recorder.write_chrome_trace(rank_trace_path(o.trace_path, env.rank));
+  env.group.barrier();
+  if (env.rank != 0) return;
+  std::vector<std::string> files;
+  for (int r = 0; r < env.world; ++r) files.push_back(rank_trace_path(o.trace_path, r));
+  merge_trace_files(files, o.trace_path);
+}
+
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
   options.validate();
   const LayerRunSpec spec = spec_with_io(options);
@@ -88,8 +120,15 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   std::mutex mutex;
   RunResult result;
   bool have_rank0 = false;
+  std::unique_ptr<TraceRecorder> recorder = make_recorder(options);
   run_spmd(options.spec.layer.degree, spmd, [&](RankEnv& env) {
-    RankRun run = run_layer_rank(env, spec);
+    RankRun run;
+    {
+      std::optional<ObserverGuard> attach;  // the whole rank run is traced
+      if (recorder) attach.emplace(env.ctx, *recorder);
+      run = run_layer_rank(env, spec);
+    }
+    if (recorder && options.comm == CommKind::mpi) write_mpi_trace(*recorder, options, env);
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     result.memory = run.group_memory;
@@ -97,6 +136,9 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     result.rank0 = std::move(run);
     have_rank0 = true;
   });
+  if (recorder && options.comm == CommKind::threads) {
+    recorder->write_chrome_trace(options.trace_path);
+  }
   result.printed = have_rank0;
   if (!have_rank0) return result;  // an MPI rank other than 0
   print_header(options, out);

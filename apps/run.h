@@ -25,6 +25,7 @@ struct RunOptions {
   std::string report_path;  // empty: no JSON report
   std::string dump_dir;     // empty: no dump (.npy files and manifest.json, docs/dump-format.md)
   std::string load_dir;     // empty: weights and data from the seed; else from this dump
+  std::string trace_path;   // empty: no trace (Chrome trace events, docs/trace-format.md)
 
   // Throws ArgumentError naming the flag and the rule, before any rank starts.
   void validate() const;

@@ -2,6 +2,7 @@
 #include "io/trace_recorder.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "io/trace_writer.h"
 
@@ -26,6 +27,7 @@ struct TraceRecorder::RankState {
   bool has_step = false;
   std::int64_t step = 0;
   Clock::time_point last_event;
+  std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
   MemoryLedger ledger;
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
 };
@@ -204,15 +206,23 @@ void TraceRecorder::on_release(const SaveEvent& e) {
   memory_changed(state, e.site, now);
 }
 
-// Observers hear of a collective only once it completed, so its slice starts at the rank's
-// previous event (usually the allocation of its buffer or the issuing op's begin): an upper
-// bound on its duration that includes the wait for the slowest rank.
+void TraceRecorder::on_collective_begin(const CollectiveEvent& e) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  rank_state(e.site, now).collective_start = now;
+}
+
+// A collective's slice runs from on_collective_begin (the rank enters it) to its completion, so
+// it includes the wait for the slowest rank. Without a begin (an emitter that reports only the
+// end) it starts at the rank's previous event, an upper bound.
 void TraceRecorder::on_collective(const CollectiveEvent& e) {
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = ranks_.find(e.site.rank);
-  const Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
-  const RankState& state = rank_state(e.site, now);
+  Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
+  RankState& state = rank_state(e.site, now);
+  if (state.collective_start) previous = *state.collective_start;
+  state.collective_start.reset();
   TraceEvent event;
   event.kind = TraceEventKind::collective;
   event.rank = e.site.rank;

@@ -58,6 +58,7 @@ class TraceRecorder final : public Observer {
   void on_recategorize(const StorageEvent& e) override;
   void on_save(const SaveEvent& e) override;
   void on_release(const SaveEvent& e) override;
+  void on_collective_begin(const CollectiveEvent& e) override;
   void on_collective(const CollectiveEvent& e) override;
 
  private:

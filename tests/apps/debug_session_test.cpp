@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "apps/debug_session.h"
@@ -89,6 +90,40 @@ TEST(DebugSession, ContinueToTheEndFinishesTheRun) {
   EXPECT_THAT(out, HasSubstr("rank 1: finished"));
   EXPECT_THAT(out, HasSubstr("the run finished"));
   EXPECT_THAT(out, Not(HasSubstr("the run failed")));
+}
+
+}  // namespace
+}  // namespace shardscope
+
+#include "io/trace_reader.h"
+
+namespace shardscope {
+namespace {
+
+// `run --trace` writes a trace that parses and holds, per rank, the mode's collectives.
+TEST(RunTrace, HoldsTheExpectedCollectivesPerRank) {
+  RunOptions o = small_run(ParallelMode::tp_sp, 2);
+  o.spec.steps = 2;
+  o.trace_path = (std::filesystem::temp_directory_path() / "shardscope_run_trace.json").string();
+  std::ostringstream out;
+  run_layer(o, out);
+  const TraceFile trace = read_trace(o.trace_path);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int step = 0; step < 2; ++step) {
+      int gathers = 0, scatters = 0;
+      for (const TraceEvent& e : trace.events) {
+        if (e.kind != TraceEventKind::collective || e.rank != rank || e.step != step ||
+            e.purpose != CommPurpose::activation || e.phase != Phase::forward) {
+          continue;
+        }
+        gathers += e.collective == CollectiveKind::all_gather;
+        scatters += e.collective == CollectiveKind::reduce_scatter;
+      }
+      EXPECT_EQ(gathers, 2) << "rank " << rank << " step " << step;
+      EXPECT_EQ(scatters, 2) << "rank " << rank << " step " << step;
+    }
+  }
+  std::filesystem::remove(o.trace_path);
 }
 
 }  // namespace
