@@ -48,6 +48,7 @@ struct Site {
 struct OpEvent {
   Site site;
   std::uint64_t seq = 0;  // the forward op's number, in its begin and end events and its node's
+  std::string_view placement;  // a parallel op's placements, "Shard(0) -> Replicate"; else empty
   const std::vector<Shape>* inputs = nullptr;   // input shapes
   const std::vector<Shape>* outputs = nullptr;  // output shapes (on_op_end only; null when the
                                                 // op threw)

@@ -50,6 +50,7 @@ struct TraceEvent {
   double dur_us = 0;      // op and collective slices only
 
   // Op slices.
+  std::string placement;  // op and collective: the parallel op's "Shard(0) -> Replicate", or ""
   std::vector<std::string> inputs;   // input shapes, "[2, 3, 4]" (backward: incoming grads)
   std::vector<std::string> outputs;  // output shapes (backward: outgoing grads); empty if it threw
   std::uint64_t alloc_bytes = 0;     // bytes allocated while the slice was open, nested included

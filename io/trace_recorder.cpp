@@ -13,6 +13,7 @@ struct TraceRecorder::OpenSlice {
   std::uint64_t seq = 0;
   Phase phase = Phase::forward;
   Clock::time_point begin;
+  std::string placement;
   std::vector<std::string> inputs;
   std::uint64_t alloc_bytes = 0;
   std::uint64_t saved_bytes = 0;
@@ -127,6 +128,7 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
   slice.phase = e.site.phase;
   slice.begin = now;
   slice.inputs = shape_strings(e.inputs);
+  slice.placement = std::string(e.placement);
   state.open.push_back(std::move(slice));
 }
 
@@ -151,6 +153,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   event.ts_us = micros_since_start(slice.begin);
   event.dur_us = micros_between(slice.begin, now);
   event.inputs = std::move(slice.inputs);
+  event.placement = std::move(slice.placement);
   event.outputs = shape_strings(e.outputs);
   event.alloc_bytes = slice.alloc_bytes;
   event.saved_bytes = slice.saved_bytes;
@@ -236,6 +239,7 @@ void TraceRecorder::on_collective(const CollectiveEvent& e) {
   event.seq = e.seq != 0 || state.open.empty() ? e.seq : state.open.back().seq;
   event.ts_us = micros_since_start(previous);
   event.dur_us = micros_between(previous, now);
+  if (!state.open.empty()) event.placement = state.open.back().placement;  // the issuing op's
   event.collective = e.kind;
   event.purpose = e.purpose;
   event.reduce = e.reduce;

@@ -121,6 +121,7 @@ void parse_op_args(const Fields& f, const json& args, TraceEvent& e) {
   e.scope = f.string(args, "args", "scope");
   e.layer = static_cast<int>(f.integer(args, "args", "layer", -1, INT_MAX));
   e.seq = f.count(args, "args", "seq");
+  if (args.contains("placement")) e.placement = f.string(args, "args", "placement");
   e.inputs = f.strings(args, "args", "inputs");
   e.outputs = f.strings(args, "args", "outputs");
   e.alloc_bytes = f.count(args, "args", "alloc_bytes");
@@ -134,6 +135,7 @@ void parse_collective_args(const Fields& f, const json& args, TraceEvent& e) {
   e.scope = f.string(args, "args", "scope");
   e.layer = static_cast<int>(f.integer(args, "args", "layer", -1, INT_MAX));
   e.seq = f.count(args, "args", "seq");
+  if (args.contains("placement")) e.placement = f.string(args, "args", "placement");
   e.collective = f.named<CollectiveKind>(args, "args", "collective", 6, collective_name);
   e.purpose = f.named<CommPurpose>(args, "args", "purpose", 4, comm_purpose_name);
   e.reduce = f.named<ReduceOp>(args, "args", "reduce", 2, reduce_op_name);

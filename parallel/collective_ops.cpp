@@ -75,7 +75,7 @@ Tensor heads_to_seq_values(ProcessGroup& g, const Tensor& x) {
 template <class Fwd, class Bwd>
 ParallelTensor collective_op(const char* name, ProcessGroup& g, const ParallelTensor& x,
                              Placement in, Placement out, Fwd forward, Bwd backward) {
-  OpRecord r(name, {x.local});
+  OpRecord r(name, {x.local}, in.str() + " -> " + out.str());
   expect_placement(r.where(), x, in);
   Tensor y = forward(x.local);
   if (r.needs_grad()) {

@@ -9,7 +9,8 @@ namespace shardscope {
 
 Tensor gather_matmul(ProcessGroup& g, const Tensor& x_shard, const Tensor& weight,
                      bool keep_gathered_input) {
-  ops_detail::OpRecord r("gather_matmul", {x_shard, weight});
+  ops_detail::OpRecord r("gather_matmul", {x_shard, weight},
+                         "Shard(0) -> Shard(" + std::to_string(x_shard.rank() - 1) + ")");
   ops_detail::check_floating(r, x_shard, "x");
   ops_detail::check_same_dtype(r, x_shard, weight);
   if (weight.rank() != 2 || x_shard.rank() < 2 || x_shard.dim(-1) != weight.dim(0)) {

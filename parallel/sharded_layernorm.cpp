@@ -178,7 +178,8 @@ void check_exact_inputs(const OpRecord& r, ProcessGroup& g, const ParallelTensor
 
 ParallelTensor layernorm_exact(ProcessGroup& g, const ParallelTensor& x, const Tensor& gamma,
                                const Tensor& beta, double eps) {
-  OpRecord r("layernorm_exact", {x.local, gamma, beta});
+  OpRecord r("layernorm_exact", {x.local, gamma, beta},
+             x.placement.str() + " -> " + x.placement.str());
   check_exact_inputs(r, g, x, gamma, beta, eps);
   const std::vector<std::int64_t> rows(x.local.shape().dims().begin(),
                                        x.local.shape().dims().end() - 1);

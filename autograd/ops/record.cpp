@@ -15,8 +15,11 @@ Context& context_of(const char* op, const std::vector<Tensor>& inputs) {
 
 }  // namespace
 
-OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs)
-    : op_(op), ctx_(context_of(op, inputs)), inputs_(std::move(inputs)) {
+OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs, std::string placement)
+    : op_(op),
+      ctx_(context_of(op, inputs)),
+      inputs_(std::move(inputs)),
+      placement_(std::move(placement)) {
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const Tensor& t = inputs_[i];
     if (t.defined() && &t.ctx() != &ctx_) {
@@ -34,6 +37,7 @@ OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs)
     e.site.op = op_;
     e.seq = seq_;
     e.inputs = &input_shapes_;
+    e.placement = placement_;
     ctx_.notify([&](Observer& o) { o.on_op_begin(e); });
   }
   previous_op_ = ctx_.current_op();
@@ -51,6 +55,7 @@ OpRecord::~OpRecord() {
   e.site.op = op_;
   e.seq = seq_;
   e.inputs = &input_shapes_;
+  e.placement = placement_;
   try {
     ctx_.notify([&](Observer& o) { o.on_op_end(e); });
   } catch (...) {  // an exception is already propagating
@@ -94,6 +99,7 @@ std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
     e.site = ctx_.site();
     e.seq = seq_;
     e.inputs = &input_shapes_;
+    e.placement = placement_;
     e.outputs = &output_shapes;
     ctx_.notify([&](Observer& o) { o.on_op_end(e); });
   }

@@ -12,7 +12,9 @@ namespace shardscope::ops_detail {
 
 class OpRecord {
  public:
-  OpRecord(const char* op, std::vector<Tensor> inputs);
+  // `placement` describes a parallel op's input and output placements for observers (traces):
+  // "Shard(0) -> Replicate". Plain ops leave it empty.
+  OpRecord(const char* op, std::vector<Tensor> inputs, std::string placement = {});
   ~OpRecord();
   OpRecord(const OpRecord&) = delete;
   OpRecord& operator=(const OpRecord&) = delete;
@@ -33,6 +35,7 @@ class OpRecord {
   Context& ctx_;
   std::vector<Tensor> inputs_;
   std::vector<Shape> input_shapes_;
+  std::string placement_;
   std::shared_ptr<Node> node_;
   std::string previous_op_;
   std::uint64_t seq_ = 0;

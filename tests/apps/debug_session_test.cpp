@@ -118,6 +118,9 @@ TEST(RunTrace, HoldsTheExpectedCollectivesPerRank) {
         }
         gathers += e.collective == CollectiveKind::all_gather;
         scatters += e.collective == CollectiveKind::reduce_scatter;
+        // The placements of the op that issued it ride along.
+        EXPECT_EQ(e.placement, e.collective == CollectiveKind::all_gather ? "Shard(0) -> Shard(2)"
+                                                                          : "Partial -> Shard(0)");
       }
       EXPECT_EQ(gathers, 2) << "rank " << rank << " step " << step;
       EXPECT_EQ(scatters, 2) << "rank " << rank << " step " << step;
