@@ -32,12 +32,7 @@ OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs, std::string place
   }
   seq_ = ctx_.next_seq();  // the op's number in begin and end events, and its node's
   if (ctx_.observed()) {
-    OpEvent e;
-    e.site = ctx_.site();
-    e.site.op = op_;
-    e.seq = seq_;
-    e.inputs = &input_shapes_;
-    e.placement = placement_;
+    const OpEvent e = event();
     ctx_.notify([&](Observer& o) { o.on_op_begin(e); });
   }
   previous_op_ = ctx_.current_op();
@@ -45,17 +40,22 @@ OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs, std::string place
   begun_ = true;
 }
 
-OpRecord::~OpRecord() {
-  if (!begun_) return;
-  ctx_.set_current_op(previous_op_);
-  if (finished_ || !ctx_.observed()) return;
-  // The op threw: close its begin event (with no outputs) so observers stay balanced.
+OpEvent OpRecord::event() const {
   OpEvent e;
   e.site = ctx_.site();
   e.site.op = op_;
   e.seq = seq_;
   e.inputs = &input_shapes_;
   e.placement = placement_;
+  return e;
+}
+
+OpRecord::~OpRecord() {
+  if (!begun_) return;
+  ctx_.set_current_op(previous_op_);
+  if (finished_ || !ctx_.observed()) return;
+  // The op threw: close its begin event (with no outputs) so observers stay balanced.
+  const OpEvent e = event();
   try {
     ctx_.notify([&](Observer& o) { o.on_op_end(e); });
   } catch (...) {  // an exception is already propagating
@@ -95,11 +95,7 @@ std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
   if (node_) node_->output_shapes = output_shapes;
   finished_ = true;
   if (ctx_.observed()) {
-    OpEvent e;
-    e.site = ctx_.site();
-    e.seq = seq_;
-    e.inputs = &input_shapes_;
-    e.placement = placement_;
+    OpEvent e = event();
     e.outputs = &output_shapes;
     ctx_.notify([&](Observer& o) { o.on_op_end(e); });
   }

@@ -31,6 +31,8 @@ class OpRecord {
   std::vector<Tensor> finish(std::vector<Tensor> outs);
 
  private:
+  OpEvent event() const;  // the begin (and failed end) event of this op
+
   const char* op_;
   Context& ctx_;
   std::vector<Tensor> inputs_;
