@@ -184,6 +184,26 @@ TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Cli, TheDebuggerReadsItsScriptFromStdin) {
+  const auto script = std::filesystem::temp_directory_path() / "shardscope_debug_script.txt";
+  {
+    std::ofstream f(script);
+    f << "next-collective\nwhere\nbogus\nquit\n";
+  }
+  const Result r = run_cli(
+      "debug --mode tp --degree 2 --seq 8 --batch 2 --hidden 16 --heads 4 "
+      "--steps 1 < " +
+      script.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank 0: paused, stop 2 at op"));
+  EXPECT_THAT(r.output, HasSubstr("rank 1: paused, stop 2 at op"));
+  EXPECT_THAT(r.output, HasSubstr("attn.proj/reduce_from_tp forward"));
+  EXPECT_THAT(r.output, HasSubstr("before all_reduce(count 256, f32, 2 ranks, activation)"));
+  EXPECT_THAT(r.output, HasSubstr("unknown command 'bogus'; commands:"));
+  EXPECT_THAT(r.output, HasSubstr("debug session ended; the run was stopped"));
+  std::filesystem::remove(script);
+}
+
 TEST(Cli, AnUnwritableReportIsAnError) {
   const Result r =
       run_cli("run --seq 4 --hidden 8 --heads 2 --steps 1 --report /nonexistent/x.json");
