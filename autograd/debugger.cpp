@@ -223,20 +223,24 @@ std::optional<StopReason> Debugger::stop_reason(const Site& site, int& breakpoin
   return std::nullopt;
 }
 
-Stop Debugger::make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const {
+Stop Debugger::stop_at(const Site& site, std::uint64_t seq, StopReason reason) const {
   Stop s;
-  s.op = std::string(event.site.op);
-  s.scope = std::string(event.site.scope);
-  s.phase = event.site.phase;
-  s.layer = event.site.layer;
-  s.step = event.site.step;
-  s.rank = event.site.rank;
-  s.seq = event.seq;
+  s.op = std::string(site.op);
+  s.scope = std::string(site.scope);
+  s.phase = site.phase;
+  s.layer = site.layer;
+  s.step = site.step;
+  s.rank = site.rank;
+  s.seq = seq;
+  s.op_index = op_count_;
+  s.reason = reason;
+  return s;
+}
+
+Stop Debugger::make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const {
+  Stop s = stop_at(event.site, event.seq, reason);
   if (event.inputs) s.inputs = *event.inputs;
   if (event.outputs) s.outputs = *event.outputs;
-  s.op_index = op_count_;
-  s.number = stop_count_;
-  s.reason = reason;
   s.breakpoint_id = breakpoint_id;
   return s;
 }
@@ -285,16 +289,7 @@ void Debugger::on_collective_begin(const CollectiveEvent& event) {
                 (event.site.scope.empty() ? "" : " in " + std::string(event.site.scope));
   changed_.notify_all();
   if (shut_down_ || !stop_at_collective_) return;
-  Stop s;
-  s.op = std::string(event.site.op);
-  s.scope = std::string(event.site.scope);
-  s.phase = event.site.phase;
-  s.layer = event.site.layer;
-  s.step = event.site.step;
-  s.rank = event.site.rank;
-  s.seq = event.seq;
-  s.op_index = op_count_;
-  s.reason = StopReason::collective;
+  Stop s = stop_at(event.site, event.seq, StopReason::collective);
   s.collective = call;
   pause_here(lock, std::move(s));
   throw_if_cancelled();

@@ -147,6 +147,8 @@ class Debugger : public Observer {
  private:
   // Why the op must stop, if it must; sets breakpoint_id and counts the hit. Lock held.
   std::optional<StopReason> stop_reason(const Site& site, int& breakpoint_id);
+  // A stop at `site` with the counters filled in (pause_here numbers it). Lock held.
+  Stop stop_at(const Site& site, std::uint64_t seq, StopReason reason) const;
   Stop make_stop(const OpEvent& event, StopReason reason, int breakpoint_id) const;
   // Publishes `stop` and blocks the rank until a controller releases it. Lock held.
   void pause_here(std::unique_lock<std::mutex>& lock, Stop stop);

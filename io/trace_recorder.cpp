@@ -187,26 +187,28 @@ void TraceRecorder::on_recategorize(const StorageEvent& e) {
   memory_changed(state, e.site, now);
 }
 
-void TraceRecorder::on_save(const SaveEvent& e) {
+// A save or release: counted on the open slice (parameters are not activations), passed to the
+// rank's ledger, and a memory counter.
+void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   if (!state.open.empty() && e.storage_category != MemoryCategory::parameter) {
-    state.open.back().saved_bytes += e.bytes;
+    (release ? state.open.back().released_bytes : state.open.back().saved_bytes) += e.bytes;
   }
-  state.ledger.on_save(e);
+  if (release) {
+    state.ledger.on_release(e);
+  } else {
+    state.ledger.on_save(e);
+  }
   memory_changed(state, e.site, now);
 }
 
+void TraceRecorder::on_save(const SaveEvent& e) {
+  record_saved(e, false);
+}
 void TraceRecorder::on_release(const SaveEvent& e) {
-  const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  RankState& state = rank_state(e.site, now);
-  if (!state.open.empty() && e.storage_category != MemoryCategory::parameter) {
-    state.open.back().released_bytes += e.bytes;
-  }
-  state.ledger.on_release(e);
-  memory_changed(state, e.site, now);
+  record_saved(e, true);
 }
 
 void TraceRecorder::on_collective_begin(const CollectiveEvent& e) {

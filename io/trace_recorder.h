@@ -70,6 +70,7 @@ class TraceRecorder final : public Observer {
   static double micros_between(Clock::time_point from, Clock::time_point to);
   TraceMeta meta_locked() const;
   RankState& rank_state(const Site& site, Clock::time_point now);
+  void record_saved(const SaveEvent& e, bool release);
   void keep(TraceEvent event);
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
 

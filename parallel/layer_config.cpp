@@ -30,18 +30,19 @@ ParallelMode parse_mode(const std::string& name) {
   throw ArgumentError("--mode " + name + " is not a mode: expected single, tp, tp-sp or ulysses");
 }
 
+void require_positive(const char* flag, std::int64_t value) {
+  if (value <= 0) {
+    throw ArgumentError(std::string(flag) + " must be a positive integer, given " +
+                        std::to_string(value));
+  }
+}
+
 void LayerConfig::validate() const {
-  auto positive = [](const char* flag, std::int64_t v) {
-    if (v <= 0) {
-      throw ArgumentError(std::string(flag) + " must be a positive integer, given " +
-                          std::to_string(v));
-    }
-  };
-  positive("--seq", seq);
-  positive("--batch", batch);
-  positive("--hidden", hidden);
-  positive("--heads", heads);
-  positive("--degree", degree);
+  require_positive("--seq", seq);
+  require_positive("--batch", batch);
+  require_positive("--hidden", hidden);
+  require_positive("--heads", heads);
+  require_positive("--degree", degree);
   if (hidden % heads != 0) {
     throw ArgumentError("--hidden " + std::to_string(hidden) + " must be divisible by --heads " +
                         std::to_string(heads) + " (each head gets hidden/heads features)");

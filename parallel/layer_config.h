@@ -15,6 +15,9 @@ const char* mode_name(ParallelMode mode);  // "single", "tp", "tp-sp", "ulysses"
 // Throws ArgumentError listing the accepted names.
 ParallelMode parse_mode(const std::string& name);
 
+// Throws ArgumentError "<flag> must be a positive integer, given <value>" when value <= 0.
+void require_positive(const char* flag, std::int64_t value);
+
 struct LayerConfig {
   std::int64_t seq = 16;     // s
   std::int64_t batch = 2;    // b

@@ -101,17 +101,11 @@ std::vector<Tensor> gather_results(ProcessGroup& g, const ParallelMlpLnBlock& bl
 }  // namespace
 
 void MlpLnConfig::validate() const {
-  auto positive = [](const char* flag, std::int64_t v) {
-    if (v <= 0) {
-      throw ArgumentError(std::string(flag) + " must be a positive integer, given " +
-                          std::to_string(v));
-    }
-  };
-  positive("--seq", seq);
-  positive("--batch", batch);
-  positive("--hidden", hidden);
-  positive("--ffn", ffn);
-  positive("--degree", degree);
+  require_positive("--seq", seq);
+  require_positive("--batch", batch);
+  require_positive("--hidden", hidden);
+  require_positive("--ffn", ffn);
+  require_positive("--degree", degree);
   if (ffn % degree != 0) {
     throw ArgumentError("--ffn " + std::to_string(ffn) + " must be divisible by --degree " +
                         std::to_string(degree) + " (each rank normalises ffn/degree features)");
