@@ -12,6 +12,7 @@
 
 #include "autograd/errors.h"
 #include "io/dump.h"
+#include "io/manifest.h"
 #include "io/trace_reader.h"
 #include "io/trace_recorder.h"
 #include "parallel/parallel_layer.h"
@@ -87,16 +88,10 @@ std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
   if (o.trace_path.empty()) return nullptr;
   const LayerConfig& c = o.spec.layer;
   TraceOptions t;
-  t.config = {{"mode", mode_name(c.mode)},
-              {"degree", c.degree},
-              {"seq", c.seq},
-              {"batch", c.batch},
-              {"hidden", c.hidden},
-              {"heads", c.heads},
-              {"dropout", c.dropout},
-              {"dtype", dtype_name(c.dtype)},
-              {"steps", o.spec.steps},
-              {"comm", comm_kind_name(o.comm)}};
+  t.config = layer_config_json(c);  // what the visualizer needs to replay it
+  t.config["steps"] = o.spec.steps;
+  t.config["comm"] = comm_kind_name(o.comm);
+  t.config["keep_gathered_input"] = o.spec.keep_gathered_input;
   return std::make_unique<TraceRecorder>(std::move(t));
 }
 

@@ -146,8 +146,21 @@ void Debugger::step() {
   changed_.notify_all();
 }
 
+void Debugger::step_layer() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!paused_ || !current_) {
+    pause_requested_ = true;
+    return;
+  }
+  stop_outside_ = std::make_pair(current_->layer, current_->phase);
+  paused_ = false;
+  current_.reset();
+  changed_.notify_all();
+}
+
 void Debugger::resume() {
   std::lock_guard<std::mutex> lock(mutex_);
+  stop_outside_.reset();
   stop_at_next_op_ = false;
   pause_requested_ = false;
   first_op_pending_ = false;
@@ -218,6 +231,8 @@ std::optional<StopReason> Debugger::stop_reason(const Site& site, int& breakpoin
   }
   if (breakpoint_id >= 0) return StopReason::breakpoint;
   if (stop_at_next_op_) return StopReason::step;
+  if (stop_outside_ && (site.layer != stop_outside_->first || site.phase != stop_outside_->second))
+    return StopReason::step;
   if (pause_requested_) return StopReason::pause_request;
   if (first_op_pending_) return StopReason::first_op;
   return std::nullopt;
@@ -250,6 +265,7 @@ void Debugger::throw_if_cancelled() const {
 }
 
 void Debugger::pause_here(std::unique_lock<std::mutex>& lock, Stop stop) {
+  stop_outside_.reset();
   stop_at_next_op_ = false;
   pause_requested_ = false;
   first_op_pending_ = false;

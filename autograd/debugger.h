@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/errors.h"
@@ -122,6 +123,10 @@ class Debugger : public Observer {
   // Releases a paused rank and stops it again before its next collective (or a breakpoint or
   // pause request on the way). When the rank is running, it stops before its next collective.
   void run_to_next_collective();
+  // Releases a paused rank and stops it again at its first op of another layer or phase than the
+  // op it was paused at (a breakpoint or pause request on the way stops it too): "finish this
+  // layer's forward". When the rank is running, this is request_pause().
+  void step_layer();
   // Releases a paused rank and turns the debugger off for good: it never stops again and
   // wait_for_stop returns nullopt at once. Idempotent; the destructor calls it.
   void shutdown();
@@ -162,7 +167,8 @@ class Debugger : public Observer {
   bool pause_requested_ = false;     // set by request_pause (and by StartMode::stop_at_first_op)
   bool first_op_pending_ = false;    // StartMode::stop_at_first_op, until the first op
   bool stop_at_collective_ = false;  // set by run_to_next_collective
-  std::string cancelled_;            // non-empty: the reason cancel() gave
+  std::optional<std::pair<int, Phase>> stop_outside_;  // set by step_layer: (layer, phase)
+  std::string cancelled_;                              // non-empty: the reason cancel() gave
   std::optional<std::string> waiting_in_;
   bool paused_ = false;
   bool finished_ = false;

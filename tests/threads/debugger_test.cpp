@@ -189,6 +189,28 @@ TEST(Debugger, LayerBreakpointStopsOnlyInThatLayer) {
   for (const Stop& s : stops) EXPECT_EQ(s.layer, 1) << s.str();
 }
 
+TEST(Debugger, StepLayerStopsAtTheFirstOpOfAnotherLayerOrPhase) {
+  Debugger debugger(Debugger::StartMode::stop_at_first_op);
+  RankThread rank(debugger, two_layers);
+  std::vector<Stop> stops;
+  while (static_cast<int>(stops.size()) < kMaxStops) {
+    std::optional<Stop> stop = debugger.wait_for_stop(kWait);
+    if (!stop) break;
+    stops.push_back(*stop);
+    debugger.step_layer();
+  }
+  ASSERT_TRUE(rank.finish());
+  EXPECT_EQ(rank.error(), "");
+  // randn is outside any layer (-1); then layer 0 forward, layer 1 forward, sum (layer -1), the
+  // backward of layer 1 and of layer 0.
+  std::vector<std::string> got;
+  for (const Stop& s : stops) got.push_back(label(s) + " " + std::to_string(s.layer));
+  const std::vector<std::string> expected = {"matmul forward 0", "matmul forward 1",
+                                             "sum forward -1",   "sum backward -1",
+                                             "gelu backward 1",  "gelu backward 0"};
+  EXPECT_EQ(got, expected);
+}
+
 TEST(Debugger, ScopedNameBreakpointMatchesOnlyThatModule) {
   Debugger debugger;
   debugger.add_breakpoint({"mlp.fc1/matmul", std::nullopt, std::nullopt});

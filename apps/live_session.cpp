@@ -1,0 +1,214 @@
+// Every rank of a threads run under its own Debugger, driven together.
+#include "apps/live_session.h"
+
+#include <thread>
+
+namespace shardscope {
+
+// What the session knows of one rank: its debugger and what its run showed the inspector.
+struct LiveSession::RankSlot {
+  Debugger debugger{Debugger::StartMode::stop_at_first_op};
+  bool started = false;  // guarded by mutex
+  mutable std::mutex mutex;
+  const MemoryLedger* ledger = nullptr;
+  const CommLog* comm = nullptr;
+  std::map<std::string, ParallelTensor> tensors;
+};
+
+class LiveSession::Inspector final : public RunInspector {
+ public:
+  explicit Inspector(std::vector<std::unique_ptr<RankSlot>>& slots) : slots_(slots) {}
+  void attach(int rank, const MemoryLedger& ledger, const CommLog& comm) override {
+    RankSlot& s = slot(rank);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.ledger = &ledger;
+    s.comm = &comm;
+  }
+  void tensor(int rank, const std::string& name, const ParallelTensor& t) override {
+    RankSlot& s = slot(rank);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.tensors[name] = t;
+  }
+  void detach(int rank) override {
+    RankSlot& s = slot(rank);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.tensors.clear();  // they belong to the rank's context, which is about to go
+    s.ledger = nullptr;
+    s.comm = nullptr;
+  }
+
+ private:
+  RankSlot& slot(int rank) { return *slots_[static_cast<std::size_t>(rank)]; }
+  std::vector<std::unique_ptr<RankSlot>>& slots_;
+};
+
+const char* live_rank_state_name(LiveSession::RankState s) {
+  switch (s) {
+    case LiveSession::RankState::not_started:
+      return "not started";
+    case LiveSession::RankState::running:
+      return "running";
+    case LiveSession::RankState::paused:
+      return "paused";
+    case LiveSession::RankState::in_collective:
+      return "in collective";
+    case LiveSession::RankState::finished:
+      return "finished";
+  }
+  return "?";
+}
+
+LiveSession::LiveSession(const RunOptions& options, Observer* observer)
+    : options_(options), observer_(observer) {
+  if (options.comm != CommKind::threads) {
+    throw ArgumentError("a live session runs its ranks as threads: --comm must be threads, given " +
+                        std::string(comm_kind_name(options.comm)));
+  }
+  options_.validate();
+  for (int r = 0; r < options.spec.layer.degree; ++r) {
+    slots_.push_back(std::make_unique<RankSlot>());
+  }
+  inspector_ = std::make_unique<Inspector>(slots_);
+}
+
+LiveSession::~LiveSession() {
+  finish();
+}
+
+void LiveSession::start() {
+  runner_ = std::thread([this] {
+    SpmdOptions spmd;
+    spmd.timeout = std::chrono::hours(24);  // a paused peer is not a dead one
+    try {
+      run_spmd(options_.spec.layer.degree, spmd, [&](RankEnv& env) {
+        RankSlot& slot = *slots_[static_cast<std::size_t>(env.rank)];
+        {
+          std::lock_guard<std::mutex> lock(slot.mutex);
+          slot.started = true;
+        }
+        std::optional<ObserverGuard> attach_observer;
+        if (observer_) attach_observer.emplace(env.ctx, *observer_);
+        ObserverGuard attach(env.ctx, slot.debugger);
+        DebugRunGuard run(slot.debugger);
+        run_layer_rank(env, options_.spec, inspector_.get());
+      });
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      error_ = e.what();
+    }
+  });
+}
+
+void LiveSession::step() {
+  for (auto& s : slots_) {
+    if (s->debugger.paused()) s->debugger.step();
+  }
+}
+
+void LiveSession::next_collective() {
+  for (auto& s : slots_) s->debugger.run_to_next_collective();
+}
+
+void LiveSession::step_layer() {
+  for (auto& s : slots_) {
+    if (s->debugger.paused()) s->debugger.step_layer();
+  }
+}
+
+void LiveSession::resume() {
+  for (auto& s : slots_) s->debugger.resume();
+}
+
+void LiveSession::pause() {
+  for (auto& s : slots_) s->debugger.request_pause();
+}
+
+int LiveSession::add_breakpoint(const Breakpoint& breakpoint) {
+  breakpoint.validate();
+  int id = 0;
+  for (auto& s : slots_) id = s->debugger.add_breakpoint(breakpoint);
+  return id;
+}
+
+void LiveSession::clear_breakpoints() {
+  for (auto& s : slots_) s->debugger.clear_breakpoints();
+}
+
+LiveSession::RankState LiveSession::state(int rank) const {
+  const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
+  if (s.debugger.finished()) return RankState::finished;
+  if (s.debugger.paused()) return RankState::paused;
+  if (s.debugger.waiting_in()) return RankState::in_collective;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.started ? RankState::running : RankState::not_started;
+}
+
+std::optional<Stop> LiveSession::stop(int rank) const {
+  return slots_.at(static_cast<std::size_t>(rank))->debugger.current_stop();
+}
+
+std::optional<std::string> LiveSession::waiting_in(int rank) const {
+  return slots_.at(static_cast<std::size_t>(rank))->debugger.waiting_in();
+}
+
+bool LiveSession::settled() const {
+  bool any_paused_or_done = false;
+  for (int r = 0; r < ranks(); ++r) {
+    const RankState st = state(r);
+    if (st == RankState::running || st == RankState::not_started) return false;
+    any_paused_or_done = any_paused_or_done || st != RankState::in_collective;
+  }
+  return any_paused_or_done;  // all in a collective at once is a collective in progress
+}
+
+bool LiveSession::wait_settled(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int stable = 0;  // settled twice in a row, 2 ms apart
+  while (stable < 2) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    stable = settled() ? stable + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+bool LiveSession::all_finished() const {
+  for (const auto& s : slots_) {
+    if (!s->debugger.finished()) return false;
+  }
+  return true;
+}
+
+void LiveSession::with_tensors(
+    int rank, const std::function<void(const std::map<std::string, ParallelTensor>&)>& fn) const {
+  const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
+  std::lock_guard<std::mutex> lock(s.mutex);
+  fn(s.tensors);
+}
+
+void LiveSession::with_accounting(
+    int rank, const std::function<void(const MemoryLedger*, const CommLog*)>& fn) const {
+  const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
+  std::lock_guard<std::mutex> lock(s.mutex);
+  fn(s.ledger, s.comm);
+}
+
+std::string LiveSession::finish(const std::string& reason) {
+  if (finished_) return cancelled_ ? std::string() : error();
+  finished_ = true;
+  if (runner_.joinable()) {
+    if (!all_finished()) {
+      cancelled_ = true;
+      for (auto& s : slots_) s->debugger.cancel(reason);
+    }
+    runner_.join();
+  }
+  return cancelled_ ? std::string() : error();
+}
+
+std::string LiveSession::error() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  return error_;
+}
+
+}  // namespace shardscope
