@@ -13,6 +13,7 @@ struct LiveSession::RankSlot {
   const MemoryLedger* ledger = nullptr;
   const CommLog* comm = nullptr;
   std::map<std::string, ParallelTensor> tensors;
+  std::optional<CheckResult> check;
 };
 
 class LiveSession::Inspector final : public RunInspector {
@@ -28,6 +29,11 @@ class LiveSession::Inspector final : public RunInspector {
     RankSlot& s = slot(rank);
     std::lock_guard<std::mutex> lock(s.mutex);
     s.tensors[name] = t;
+  }
+  void check(int rank, const CheckResult& result) override {
+    RankSlot& s = slot(rank);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.check = result;
   }
   void detach(int rank) override {
     RankSlot& s = slot(rank);
@@ -191,6 +197,12 @@ void LiveSession::with_accounting(
   const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
   std::lock_guard<std::mutex> lock(s.mutex);
   fn(s.ledger, s.comm);
+}
+
+std::optional<CheckResult> LiveSession::check_result() const {
+  const RankSlot& s = *slots_.front();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.check;
 }
 
 std::string LiveSession::finish(const std::string& reason) {

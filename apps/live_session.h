@@ -64,13 +64,16 @@ class LiveSession {
   // is its local tensor's grad()) under the rank's lock. Read values only while the rank is
   // paused: a running rank writes them. The map empties when the rank's run ends (its tensors
   // belong to its context).
-  void with_tensors(int rank,
-                    const std::function<void(const std::map<std::string, ParallelTensor>&)>& fn)
-      const;
+  void with_tensors(
+      int rank, const std::function<void(const std::map<std::string, ParallelTensor>&)>& fn) const;
   // Calls `fn` with rank's ledger and communication log (nullptr before the run attached them
   // and after it ended) under the rank's lock.
   void with_accounting(int rank,
                        const std::function<void(const MemoryLedger*, const CommLog*)>& fn) const;
+
+  // The group's reference check of step 0 (every tensor against the single-device layer), once
+  // the ranks have run it; nullopt before, and for runs without a check.
+  std::optional<CheckResult> check_result() const;
 
   // Ends the session: cancels ranks that have not finished (their next op throws DebugCancelled
   // with `reason`) and joins the run. Returns the failure of a rank ("" when none, or when the

@@ -256,6 +256,7 @@ Stop Debugger::make_stop(const OpEvent& event, StopReason reason, int breakpoint
   Stop s = stop_at(event.site, event.seq, reason);
   if (event.inputs) s.inputs = *event.inputs;
   if (event.outputs) s.outputs = *event.outputs;
+  s.placement = std::string(event.placement);
   s.breakpoint_id = breakpoint_id;
   return s;
 }

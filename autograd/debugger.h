@@ -75,6 +75,8 @@ struct Stop {
   // Set when the rank stopped before a collective (StopReason::collective): the call, such as
   // "all_gather(count 512, f32, 4 ranks, activation)"; op and scope are the op issuing it.
   std::string collective;
+  // A parallel op's placements, "Shard(0) -> Shard(2)" (empty for other ops).
+  std::string placement;
 
   // "attn.qkv/matmul" (the form a scoped breakpoint matches), "matmul" outside any scope.
   std::string name() const;

@@ -12,11 +12,13 @@ namespace shardscope {
 struct TraceRecorder::OpenSlice {
   std::uint64_t seq = 0;
   Phase phase = Phase::forward;
+  std::string op, scope;
   Clock::time_point begin;
   std::string placement;
   std::vector<std::string> inputs;
   std::uint64_t alloc_bytes = 0;
   std::uint64_t saved_bytes = 0;
+  std::uint64_t saved_extra_bytes = 0;
   std::uint64_t released_bytes = 0;
 };
 
@@ -126,6 +128,8 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
   OpenSlice slice;
   slice.seq = e.seq;
   slice.phase = e.site.phase;
+  slice.op = std::string(e.site.op);
+  slice.scope = std::string(e.site.scope);
   slice.begin = now;
   slice.inputs = shape_strings(e.inputs);
   slice.placement = std::string(e.placement);
@@ -157,6 +161,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   event.outputs = shape_strings(e.outputs);
   event.alloc_bytes = slice.alloc_bytes;
   event.saved_bytes = slice.saved_bytes;
+  event.saved_extra_bytes = slice.saved_extra_bytes;
   event.released_bytes = slice.released_bytes;
   state.open.erase(std::next(it).base());
   keep(std::move(event));
@@ -187,19 +192,46 @@ void TraceRecorder::on_recategorize(const StorageEvent& e) {
   memory_changed(state, e.site, now);
 }
 
-// A save or release: counted on the open slice (parameters are not activations), passed to the
-// rank's ledger, and a memory counter.
+// The open slice of the op that saves (or whose node releases) a tensor: the innermost one with
+// the save's op, scope and phase, else the innermost; null when none is open.
+TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Site& site) {
+  for (auto it = state.open.rbegin(); it != state.open.rend(); ++it) {
+    if (it->phase == site.phase && it->op == site.op && it->scope == site.scope) return &*it;
+  }
+  return state.open.empty() ? nullptr : &state.open.back();
+}
+
+// A save or release goes to the rank's ledger, then a memory counter. The slice is credited with
+// what the ledger counted (the change of its live saved bytes): a tensor once, under its first
+// saver (the softmax output that probs x V saves again counts under softmax), never a parameter;
+// so a forward slice's saved bytes are the ledger's for its site, extras split out.
 void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
-  if (!state.open.empty() && e.storage_category != MemoryCategory::parameter) {
-    (release ? state.open.back().released_bytes : state.open.back().saved_bytes) += e.bytes;
-  }
+  const std::size_t activation_before = state.ledger.live(MemoryCategory::saved_activation);
+  const std::size_t extra_before = state.ledger.live(MemoryCategory::saved_extra);
   if (release) {
     state.ledger.on_release(e);
   } else {
     state.ledger.on_save(e);
+  }
+  const std::size_t activation_after = state.ledger.live(MemoryCategory::saved_activation);
+  const std::size_t extra_after = state.ledger.live(MemoryCategory::saved_extra);
+  // A save only adds saved bytes and a release only removes them.
+  auto change = [release](std::size_t before, std::size_t after) -> std::uint64_t {
+    if (release) return before > after ? before - after : 0;
+    return after > before ? after - before : 0;
+  };
+  const std::uint64_t activation = change(activation_before, activation_after);
+  const std::uint64_t extra = change(extra_before, extra_after);
+  if (OpenSlice* slice = saving_slice(state, e.site)) {
+    if (release) {
+      slice->released_bytes += activation + extra;
+    } else {
+      slice->saved_bytes += activation + extra;
+      slice->saved_extra_bytes += extra;
+    }
   }
   memory_changed(state, e.site, now);
 }
@@ -261,6 +293,14 @@ void TraceRecorder::set_config(nlohmann::json config) {
 std::vector<TraceEvent> TraceRecorder::events() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return events_;
+}
+
+std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from < events_.size()) {
+    out.insert(out.end(), events_.begin() + static_cast<std::ptrdiff_t>(from), events_.end());
+  }
+  return events_.size();
 }
 
 std::size_t TraceRecorder::dropped_events() const {

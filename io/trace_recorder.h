@@ -44,6 +44,9 @@ class TraceRecorder final : public Observer {
 
   // The kept events in recording order, and what the file will say about itself.
   std::vector<TraceEvent> events() const;
+  // Appends the kept events from index `from` on to `out` and returns how many are kept in all,
+  // so a live viewer copies only what is new.
+  std::size_t events_since(std::size_t from, std::vector<TraceEvent>& out) const;
   TraceMeta meta() const;
   std::size_t dropped_events() const;
 
@@ -71,6 +74,7 @@ class TraceRecorder final : public Observer {
   TraceMeta meta_locked() const;
   RankState& rank_state(const Site& site, Clock::time_point now);
   void record_saved(const SaveEvent& e, bool release);
+  static OpenSlice* saving_slice(RankState& state, const Site& site);
   void keep(TraceEvent event);
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
 

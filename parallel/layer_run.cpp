@@ -108,22 +108,6 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   return {sum_sq.item() / n, seed};
 }
 
-// The single-device layer on the same weights and data, in its own context: output, input
-// gradient, then the parameter gradients in LayerWeights order.
-std::vector<Tensor> reference_tensors(Context& ref, const LayerRunSpec& spec) {
-  LayerConfig single = spec.layer;
-  single.mode = ParallelMode::single;
-  single.degree = 1;
-  FullData d = full_data(ref, spec);
-  TransformerLayer reference(single, std::move(d.weights));
-  Tensor x = d.x.set_requires_grad(true);
-  Tensor y = reference.forward(x);
-  mse_loss(y, d.target).backward();
-  std::vector<Tensor> out{y, x.grad()};
-  for (const Tensor& p : reference.parameters()) out.push_back(p.grad());
-  return out;
-}
-
 // Every rank compares its slices of the output, input gradient and parameter gradients with the
 // same slices of the single-device layer's; one all-reduce (max) of the error maxima gives every
 // rank the group's result.
@@ -131,7 +115,7 @@ CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerH
                             const ParallelTensor& x, const ParallelTensor& y) {
   Context ref(env.rank);
   ref.set_step(env.ctx.step());
-  const std::vector<Tensor> want = reference_tensors(ref, spec);
+  const std::vector<std::pair<std::string, Tensor>> want = single_device_reference(ref, spec);
   std::vector<std::pair<std::string, ParallelTensor>> got{
       {"output", y}, {"input.grad", {x.local.grad(), x.placement, x.global}}};
   for (const ShardedParameter& p : layer.params()) {
@@ -140,7 +124,7 @@ CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerH
   std::vector<double> maxima;  // max_abs, scale per tensor
   for (std::size_t i = 0; i < got.size(); ++i) {
     const ParallelTensor& g = got[i].second;
-    const Tensor mine = slice_of_full(want[i], g.placement, env.rank, env.world);
+    const Tensor mine = slice_of_full(want[i].second, g.placement, env.rank, env.world);
     const ErrorParts parts = error_parts(got[i].first, g.local, mine);
     maxima.push_back(parts.max_abs);
     maxima.push_back(parts.scale);
@@ -198,6 +182,22 @@ std::vector<RankTensor> run_tensors(const LayerHandle& layer, const ParallelTens
 
 }  // namespace
 
+std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref,
+                                                                    const LayerRunSpec& spec) {
+  LayerConfig single = spec.layer;
+  single.mode = ParallelMode::single;
+  single.degree = 1;
+  FullData d = full_data(ref, spec);
+  TransformerLayer reference(single, std::move(d.weights));
+  Tensor x = d.x.set_requires_grad(true);
+  Tensor y = reference.forward(x);
+  mse_loss(y, d.target).backward();
+  std::vector<std::pair<std::string, Tensor>> out{{"output", y}, {"input.grad", x.grad()}};
+  for (const auto& [name, p] : reference.weights().named())
+    out.push_back({name + ".grad", p.grad()});
+  return out;
+}
+
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
   validate_parallel_config(c);
@@ -250,6 +250,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       const auto check_start = std::chrono::steady_clock::now();
       layer.check_replicated();
       run.check = reference_check(env, spec, layer, x, y);
+      if (inspector) inspector->check(env.rank, run.check);
       checking = std::chrono::steady_clock::now() - check_start;
     }
     if (step == 0 && spec.dump) {  // also left out of the step's time

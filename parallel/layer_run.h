@@ -82,10 +82,19 @@ class RunInspector {
   // When a named tensor of the run exists: "input", every parameter by its name, and "output"
   // after each forward. A parameter's gradient is its local tensor's grad().
   virtual void tensor(int /*rank*/, const std::string& /*name*/, const ParallelTensor& /*t*/) {}
+  // At step 0 after backward, on every rank, with the group's reference check (every tensor's
+  // error against the single-device layer).
+  virtual void check(int /*rank*/, const CheckResult& /*result*/) {}
   // When the run ends (also by an exception), before the ledger, log and tensors go away: drop
   // every reference to them.
   virtual void detach(int /*rank*/) {}
 };
+
+// The single-device layer's step 0 on the run's full weights and data, in `ref`: "output",
+// "input.grad", then every parameter's gradient ("attn.qkv.weight.grad") in LayerWeights order.
+// What the reference check compares each rank's slices with.
+std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref,
+                                                                    const LayerRunSpec& spec);
 
 // Runs on every rank of env's group (the group size must equal spec.layer.degree).
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector = nullptr);

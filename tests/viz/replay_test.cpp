@@ -1,0 +1,102 @@
+// The replay: stepping a recorded trace as the live controls step a run.
+#include <gtest/gtest.h>
+
+#include "tests/viz/viz_testing.h"
+
+namespace shardscope::viz {
+namespace {
+
+using testing::record_run;
+
+TEST(Replay, ReadsTheRunConfigFromTheTrace) {
+  const TraceFile t = record_run("tp-sp", 4);
+  const LayerConfig c = config_of_trace(t);
+  EXPECT_EQ(c.mode, ParallelMode::tp_sp);
+  EXPECT_EQ(c.degree, 4);
+  EXPECT_EQ(c.seq, 16);
+  EXPECT_EQ(c.hidden, 32);
+}
+
+TEST(Replay, RefusesATraceWithoutAConfig) {
+  TraceFile t = record_run("tp", 2);
+  t.meta.config = nlohmann::json::object();
+  try {
+    Replay r(t);
+    FAIL() << "expected TraceFormatError";
+  } catch (const TraceFormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("otherData.config"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Replay, StepOpMovesEveryRankByOneOp) {
+  Replay r(record_run("tp", 2));
+  ASSERT_TRUE(r.step_op());
+  Snapshot s = r.snapshot();
+  ASSERT_EQ(s.status.size(), 2u);
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::paused) << st.where;
+    EXPECT_EQ(st.scope, "ln1") << st.where;
+  }
+  ASSERT_TRUE(r.step_op());
+  s = r.snapshot();
+  for (const RankStatus& st : s.status) EXPECT_NE(st.op, "layernorm") << st.where;
+}
+
+TEST(Replay, NextCollectiveStopsAtTheAllGatherBeforeQkvInTpSp) {
+  Replay r(record_run("tp-sp", 4));
+  ASSERT_TRUE(r.next_collective());
+  const Snapshot s = r.snapshot();
+  ASSERT_FALSE(s.events.empty());
+  const TraceEvent& last = s.events.back();
+  EXPECT_EQ(last.kind, TraceEventKind::collective);
+  EXPECT_EQ(last.collective, CollectiveKind::all_gather);
+  EXPECT_EQ(last.scope, "attn.qkv");
+  int gathers = 0;
+  for (const TraceEvent& e : s.events) gathers += e.kind == TraceEventKind::collective;
+  EXPECT_EQ(gathers, 4);  // one per rank, none further
+}
+
+TEST(Replay, StepLayerRunsToTheEndOfThePhase) {
+  Replay r(record_run("tp", 2));
+  ASSERT_TRUE(r.step_op());
+  ASSERT_TRUE(r.step_layer());
+  const Snapshot s = r.snapshot();
+  // The forward of layer 0 is over: the last op event is rank 0's first op of another phase or
+  // layer.
+  const TraceEvent* last_op = nullptr;
+  for (const TraceEvent& e : s.events) {
+    if (e.kind == TraceEventKind::op && e.rank == 0) last_op = &e;
+  }
+  ASSERT_NE(last_op, nullptr);
+  EXPECT_TRUE(last_op->phase == Phase::backward || last_op->layer != 0)
+      << last_op->scope << "/" << last_op->op;
+}
+
+TEST(Replay, ContinueStopsAtABreakpointThenRunsToTheEnd) {
+  Replay r(record_run("tp", 2));
+  Breakpoint b;
+  b.op = "mlp.gelu/gelu";
+  b.phase = Phase::backward;
+  r.add_breakpoint(b);
+  ASSERT_TRUE(r.run_continue());
+  Snapshot s = r.snapshot();
+  EXPECT_EQ(s.events.back().scope, "mlp.gelu");
+  EXPECT_EQ(s.events.back().phase, Phase::backward);
+  EXPECT_FALSE(s.finished);
+  r.clear_breakpoints();
+  ASSERT_TRUE(r.run_continue());
+  s = r.snapshot();
+  EXPECT_TRUE(s.finished);
+  EXPECT_FALSE(r.run_continue());
+}
+
+TEST(Replay, SnapshotNotesThatATraceHasNoValues) {
+  const Snapshot s = testing::snapshot_at(record_run("tp", 2));
+  EXPECT_FALSE(s.live);
+  EXPECT_TRUE(s.tensors.empty());
+  EXPECT_NE(s.check_note.find("shardscope check"), std::string::npos);
+  EXPECT_EQ(s.events.size(), s.total_events);
+}
+
+}  // namespace
+}  // namespace shardscope::viz

@@ -1,0 +1,161 @@
+// The visualizer's sources: a live run stepped by script commands, and a replayed trace behind
+// the same controls.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "tests/viz/viz_testing.h"
+#include "viz/model/source.h"
+
+namespace shardscope::viz {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr std::chrono::milliseconds kLimit = 60s;  // generous for sanitizer builds
+
+RunOptions live_options(const std::string& mode, int degree) {
+  RunOptions o;
+  o.spec.layer.mode = parse_mode(mode);
+  o.spec.layer.degree = degree;
+  o.spec.layer.seq = 16;
+  o.spec.layer.batch = 2;
+  o.spec.layer.hidden = 32;
+  o.spec.layer.heads = 4;
+  o.spec.steps = 2;
+  return o;
+}
+
+TEST(LiveSource, StartsWithEveryRankPausedBeforeTheFirstOp) {
+  auto source = make_live_source(live_options("tp-sp", 4));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  const Snapshot s = source->snapshot();
+  EXPECT_TRUE(s.live);
+  ASSERT_EQ(s.status.size(), 4u);
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::paused) << st.where;
+    EXPECT_EQ(st.scope, "ln1") << st.where;
+    EXPECT_EQ(st.op, "layernorm") << st.where;
+  }
+  // Every rank's input and weights are there to inspect, with their placements.
+  bool saw_input = false;
+  for (const TensorValues& t : s.tensors) {
+    if (t.name != "input") continue;
+    saw_input = true;
+    EXPECT_EQ(t.placement, Placement::shard(0));
+    ASSERT_EQ(t.local.size(), 4u);
+    EXPECT_EQ(t.local[0].size(), 4u * 2 * 32);
+  }
+  EXPECT_TRUE(saw_input);
+}
+
+TEST(LiveSource, NextCollectiveStopsEveryRankAtTheAllGatherBeforeQkv) {
+  auto source = make_live_source(live_options("tp-sp", 4));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  run_script(*source, "next-collective", kLimit);
+  const Snapshot s = source->snapshot();
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::paused) << st.where;
+    EXPECT_EQ(st.scope, "attn.qkv") << st.where;
+    EXPECT_NE(st.where.find("all_gather"), std::string::npos) << st.where;
+  }
+  // The op slices of ln1 are recorded; no collective has completed yet.
+  int collectives = 0, ops = 0;
+  for (const TraceEvent& e : s.events) {
+    collectives += e.kind == TraceEventKind::collective;
+    ops += e.kind == TraceEventKind::op;
+  }
+  EXPECT_EQ(collectives, 0);
+  EXPECT_GT(ops, 0);
+}
+
+TEST(LiveSource, ChecksTheOutputAfterForwardAndEverythingAfterBackward) {
+  auto source = make_live_source(live_options("tp", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  Snapshot s = source->snapshot();
+  for (const CheckRow& row : s.checks) EXPECT_FALSE(row.available) << row.name;
+  run_script(*source, "step-layer; step-layer", kLimit);  // the forward, then the loss
+  s = source->snapshot();
+  ASSERT_FALSE(s.checks.empty());
+  EXPECT_EQ(s.checks.front().name, "output");
+  EXPECT_TRUE(s.checks.front().available) << s.status[0].where;
+  EXPECT_TRUE(s.checks.front().passed);
+  EXPECT_LT(s.checks.front().max_rel_err, s.tolerance);
+  run_script(*source, "continue", kLimit);
+  s = source->snapshot();
+  EXPECT_TRUE(s.finished) << s.error;
+  EXPECT_EQ(s.error, "");
+  for (const CheckRow& row : s.checks) {
+    EXPECT_TRUE(row.available) << row.name;
+    EXPECT_TRUE(row.passed) << row.name << " " << row.max_rel_err;
+  }
+}
+
+TEST(LiveSource, BreakpointScriptStopsInBackward) {
+  auto source = make_live_source(live_options("ulysses", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  run_script(*source, "break phase backward; continue", kLimit);
+  const Snapshot s = source->snapshot();
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::paused) << st.where;
+    EXPECT_EQ(st.phase, Phase::backward) << st.where;
+  }
+}
+
+TEST(LiveSource, RefusesMpiRanks) {
+  RunOptions o = live_options("tp", 2);
+  o.comm = CommKind::mpi;
+  EXPECT_THROW(make_live_source(o), ArgumentError);
+}
+
+TEST(Script, NamesTheBadCommandAndTheAcceptedForms) {
+  auto source = make_live_source(live_options("tp", 2));
+  try {
+    run_script(*source, "step; jump 3", kLimit);
+    FAIL() << "expected ArgumentError";
+  } catch (const ArgumentError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'jump 3'"), std::string::npos) << m;
+    EXPECT_NE(m.find("next-collective"), std::string::npos) << m;
+  }
+  EXPECT_THROW(run_script(*source, "step 0", kLimit), ArgumentError);
+  EXPECT_THROW(run_script(*source, "step two", kLimit), ArgumentError);
+  EXPECT_THROW(run_script(*source, "break phase sideways", kLimit), ArgumentError);
+}
+
+TEST(ReplaySource, StepsARecordedTraceLikeALiveRun) {
+  RunOptions o = live_options("tp-sp", 4);
+  o.trace_path = ::testing::TempDir() + "replay_source_test.json";
+  std::ostringstream out;
+  run_layer(o, out);
+  auto source = make_replay_source(o.trace_path);
+  std::remove(o.trace_path.c_str());
+  const std::uint64_t v0 = source->version();
+  run_script(*source, "next-collective", kLimit);
+  EXPECT_NE(source->version(), v0);
+  const Snapshot s = source->snapshot();
+  EXPECT_FALSE(s.live);
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::in_collective) << st.where;
+    EXPECT_EQ(st.scope, "attn.qkv") << st.where;
+  }
+}
+
+TEST(ReplaySource, NamesAFileThatIsNotATrace) {
+  const std::string path = ::testing::TempDir() + "not_a_trace.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("{\"hello\": 1}", f);
+    std::fclose(f);
+  }
+  try {
+    make_replay_source(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace shardscope::viz

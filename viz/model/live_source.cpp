@@ -1,0 +1,249 @@
+// The live source: a LiveSession with a TraceRecorder on every rank, and the single-device
+// reference the Check panel compares with.
+#include <algorithm>
+#include <cmath>
+
+#include "apps/live_session.h"
+#include "io/manifest.h"
+#include "io/trace_recorder.h"
+#include "parallel/collective_ops.h"
+#include "viz/model/source.h"
+
+namespace shardscope::viz {
+namespace {
+
+std::vector<std::string> shape_strings(const std::vector<Shape>& shapes) {
+  std::vector<std::string> out;
+  for (const Shape& s : shapes) out.push_back(s.str());
+  return out;
+}
+
+RankStatus::State state_of(LiveSession::RankState s) {
+  switch (s) {
+    case LiveSession::RankState::not_started:
+      return RankStatus::State::not_started;
+    case LiveSession::RankState::running:
+      return RankStatus::State::running;
+    case LiveSession::RankState::paused:
+      return RankStatus::State::paused;
+    case LiveSession::RankState::in_collective:
+      return RankStatus::State::in_collective;
+    case LiveSession::RankState::finished:
+      return RankStatus::State::finished;
+  }
+  return RankStatus::State::running;
+}
+
+TraceOptions trace_options(const RunOptions& o) {
+  TraceOptions t;
+  t.config = layer_config_json(o.spec.layer);
+  t.config["steps"] = o.spec.steps;
+  t.config["comm"] = "threads";
+  t.config["keep_gathered_input"] = o.spec.keep_gathered_input;
+  return t;
+}
+
+class LiveSource final : public Source {
+ public:
+  explicit LiveSource(const RunOptions& options)
+      : recorder_(trace_options(options)), session_(options, &recorder_) {
+    Context& ref = *reference_ctx_;
+    reference_ = single_device_reference(ref, options.spec);
+    session_.start();
+  }
+  ~LiveSource() override { session_.finish("the visualizer closed"); }
+
+  void step_op() override { session_.step(); }
+  void next_collective() override { session_.next_collective(); }
+  void step_layer() override { session_.step_layer(); }
+  void run_continue() override { session_.resume(); }
+  void pause() override { session_.pause(); }
+  void add_breakpoint(const Breakpoint& b) override { session_.add_breakpoint(b); }
+  void clear_breakpoints() override { session_.clear_breakpoints(); }
+
+  bool idle() override { return session_.settled() || !session_.error().empty(); }
+  bool wait_idle(std::chrono::milliseconds limit) override {
+    return session_.wait_settled(limit) || !session_.error().empty();
+  }
+
+  std::uint64_t version() override {
+    // Anything a snapshot shows moves one of these.
+    std::uint64_t v = recorder_.events_since(events_.size(), events_);
+    for (int r = 0; r < session_.ranks(); ++r) {
+      const std::optional<Stop> stop = session_.stop(r);
+      v = v * 31 + (stop ? stop->number : 0);
+      v = v * 7 + static_cast<std::uint64_t>(session_.state(r));
+    }
+    return v;
+  }
+
+  Snapshot snapshot() override;
+
+ private:
+  void refresh_events();
+  void refresh_values(Snapshot& s);
+  void refresh_checks(Snapshot& s);
+  void check_output();
+
+  TraceRecorder recorder_;
+  std::unique_ptr<Context> reference_ctx_ = std::make_unique<Context>(0);
+  std::vector<std::pair<std::string, Tensor>> reference_;
+  LiveSession session_;
+  std::vector<TraceEvent> events_;  // every event so far, by start time
+  std::size_t sorted_ = 0;          // events_[0, sorted_) are in order
+  std::uint64_t values_key_ = ~0ull;
+  std::vector<TensorValues> values_;
+  std::optional<TensorCheck> output_check_;
+};
+
+void LiveSource::refresh_events() {
+  recorder_.events_since(events_.size(), events_);
+  if (sorted_ == events_.size()) return;
+  // The recorder keeps a slice when it ends, so nested slices arrive after their children.
+  std::stable_sort(events_.begin(), events_.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.ts_us < b.ts_us; });
+  sorted_ = events_.size();
+}
+
+// Copies every rank's named tensors (and their gradients) once all ranks are paused: a running
+// rank writes them.
+void LiveSource::refresh_values(Snapshot& s) {
+  std::uint64_t key = 0;
+  for (int r = 0; r < session_.ranks(); ++r) {
+    if (session_.state(r) != LiveSession::RankState::paused) {
+      s.tensors = values_;  // the last values copied, if any
+      return;
+    }
+    key = key * 1000003 + session_.stop(r).value_or(Stop{}).number;
+  }
+  if (key != values_key_) {
+    values_key_ = key;
+    std::map<std::string, TensorValues> by_name;
+    for (int r = 0; r < session_.ranks(); ++r) {
+      session_.with_tensors(r, [&](const std::map<std::string, ParallelTensor>& tensors) {
+        for (const auto& [name, t] : tensors) {
+          for (int grad = 0; grad < 2; ++grad) {
+            const Tensor local = grad ? t.local.grad() : t.local;
+            if (!local.defined()) continue;
+            TensorValues& v = by_name[grad ? name + ".grad" : name];
+            v.name = grad ? name + ".grad" : name;
+            v.global = t.global;
+            v.placement = t.placement;
+            v.local_shapes.resize(static_cast<std::size_t>(session_.ranks()));
+            v.local.resize(static_cast<std::size_t>(session_.ranks()));
+            v.local_shapes[static_cast<std::size_t>(r)] = local.shape();
+            const std::vector<double> d = local.to_vector();
+            v.local[static_cast<std::size_t>(r)].assign(d.begin(), d.end());
+          }
+        }
+      });
+    }
+    values_.clear();
+    for (auto& [name, v] : by_name) values_.push_back(std::move(v));
+    bool step0 = true;
+    for (int r = 0; r < session_.ranks(); ++r) step0 = step0 && session_.stop(r)->step == 0;
+    if (step0 && !output_check_) check_output();
+  }
+  s.tensors = values_;
+}
+
+// The output against the reference's, once step 0's forward produced it: each rank's slice
+// against the same slice of the single-device output (the errors of tensor_compare.h).
+void LiveSource::check_output() {
+  const auto v = std::find_if(values_.begin(), values_.end(),
+                              [](const TensorValues& t) { return t.name == "output"; });
+  if (v == values_.end()) return;
+  ErrorParts parts;
+  for (int r = 0; r < session_.ranks(); ++r) {
+    const std::vector<double> want =
+        slice_of_full(reference_.front().second, v->placement, r, session_.ranks()).to_vector();
+    const std::vector<float>& got = v->local[static_cast<std::size_t>(r)];
+    if (got.size() != want.size()) return;  // not every rank has its output yet
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+      parts.max_abs = std::isfinite(err) ? std::max(parts.max_abs, err) : INFINITY;
+      parts.scale = std::max(parts.scale, std::abs(want[i]));
+    }
+  }
+  output_check_ =
+      finish_check("output", parts, check_tolerance(session_.options().spec.layer.dtype));
+}
+
+void LiveSource::refresh_checks(Snapshot& s) {
+  s.tolerance = check_tolerance(session_.options().spec.layer.dtype);
+  if (session_.options().spec.layer.mode == ParallelMode::single) {
+    s.check_note = "a single-device run is the reference itself";
+    return;
+  }
+  const std::optional<CheckResult> group = session_.check_result();
+  for (const auto& [name, tensor] : reference_) {
+    CheckRow row;
+    row.name = name;
+    const TensorCheck* found = nullptr;
+    if (group) {
+      for (const TensorCheck& c : group->tensors) {
+        if (c.name == name) found = &c;
+      }
+    }
+    if (!found && name == "output" && output_check_) found = &*output_check_;
+    if (found) {
+      row.available = true;
+      row.max_abs_err = found->max_abs_err;
+      row.max_rel_err = found->max_rel_err;
+      row.passed = found->passed;
+    }
+    s.checks.push_back(row);
+  }
+  if (!group) {
+    s.check_note = output_check_ ? "gradients are checked when step 0's backward is done"
+                                 : "the output is checked when step 0's forward is done";
+  }
+}
+
+Snapshot LiveSource::snapshot() {
+  refresh_events();
+  Snapshot s;
+  const RunOptions& o = session_.options();
+  s.source = std::string("live ") + mode_name(o.spec.layer.mode) + " on " +
+             std::to_string(o.spec.layer.degree) + " thread rank(s)";
+  s.live = true;
+  s.config = o.spec.layer;
+  s.keep_gathered_input = o.spec.keep_gathered_input;
+  s.ranks = session_.ranks();
+  s.events = events_;
+  for (const TraceEvent& e : events_) s.now_us = std::max(s.now_us, e.ts_us + e.dur_us);
+  s.total_events = events_.size();
+  s.finished = session_.all_finished();
+  s.error = session_.error();
+  for (int r = 0; r < s.ranks; ++r) {
+    RankStatus st;
+    st.rank = r;
+    st.state = state_of(session_.state(r));
+    if (const std::optional<Stop> stop = session_.stop(r)) {
+      st.op = stop->op;
+      st.scope = stop->scope;
+      st.phase = stop->phase;
+      st.step = stop->step;
+      st.seq = stop->seq;
+      st.inputs = shape_strings(stop->inputs);
+      st.placement = stop->placement;
+      st.where = stop->str();
+    }
+    if (const std::optional<std::string> waits = session_.waiting_in(r)) {
+      st.where = "waits in " + *waits;
+    }
+    if (st.where.empty()) st.where = rank_state_name(st.state);
+    s.status.push_back(std::move(st));
+  }
+  refresh_values(s);
+  refresh_checks(s);
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Source> make_live_source(const RunOptions& options) {
+  return std::make_unique<LiveSource>(options);
+}
+
+}  // namespace shardscope::viz

@@ -1,0 +1,192 @@
+// Stepping through a recorded trace.
+#include "viz/model/replay.h"
+
+#include <algorithm>
+#include <set>
+
+#include "io/manifest.h"
+
+namespace shardscope::viz {
+
+LayerConfig config_of_trace(const TraceFile& trace) {
+  const nlohmann::json& j = trace.meta.config;
+  if (!j.is_object() || !j.contains("mode") || !j.contains("seq")) {
+    throw TraceFormatError(trace.source +
+                           ": otherData.config holds no layer configuration (expected mode, "
+                           "degree, seq, batch, hidden, heads as `shardscope run --trace` writes)");
+  }
+  try {
+    LayerConfig c = layer_config_from_json(j, trace.source);
+    c.validate();
+    return c;
+  } catch (const Error& e) {
+    throw TraceFormatError(std::string("otherData.config: ") + e.what());
+  }
+}
+
+Replay::Replay(TraceFile trace) : trace_(std::move(trace)), config_(config_of_trace(trace_)) {
+  if (trace_.meta.ranks.empty()) {
+    throw TraceFormatError(trace_.source + ": the trace names no ranks");
+  }
+  keep_gathered_input_ = trace_.meta.config.value("keep_gathered_input", false);
+  by_rank_.resize(trace_.meta.ranks.size());
+  pos_.assign(trace_.meta.ranks.size(), 0);
+  for (std::size_t i = 0; i < trace_.events.size(); ++i) {
+    const auto it =
+        std::find(trace_.meta.ranks.begin(), trace_.meta.ranks.end(), trace_.events[i].rank);
+    if (it == trace_.meta.ranks.end()) {
+      throw TraceFormatError(trace_.source + ": event " + std::to_string(i) + " is of rank " +
+                             std::to_string(trace_.events[i].rank) +
+                             ", which otherData.ranks does not list");
+    }
+    by_rank_[static_cast<std::size_t>(it - trace_.meta.ranks.begin())].push_back(i);
+  }
+}
+
+std::size_t Replay::cursor() const {
+  std::size_t n = 0;
+  for (std::size_t p : pos_) n += p;
+  return n;
+}
+
+void Replay::seek(std::size_t cursor) {
+  cursor = std::min(cursor, size());
+  for (std::size_t r = 0; r < by_rank_.size(); ++r) {
+    const auto& idx = by_rank_[r];
+    pos_[r] =
+        static_cast<std::size_t>(std::lower_bound(idx.begin(), idx.end(), cursor) - idx.begin());
+  }
+}
+
+template <class StopAt>
+bool Replay::advance(StopAt stop) {
+  bool moved = false;
+  for (std::size_t r = 0; r < by_rank_.size(); ++r) {
+    const std::size_t n = by_rank_[r].size();
+    const std::size_t start = pos_[r];
+    while (pos_[r] < n) {
+      const std::size_t k = pos_[r]++;
+      if (stop(r, event_of(r, k))) break;
+    }
+    moved = moved || pos_[r] != start;
+  }
+  return moved;
+}
+
+bool Replay::step_op() {
+  return advance([](std::size_t, const TraceEvent& e) { return e.kind == TraceEventKind::op; });
+}
+
+bool Replay::next_collective() {
+  return advance(
+      [](std::size_t, const TraceEvent& e) { return e.kind == TraceEventKind::collective; });
+}
+
+bool Replay::step_layer() {
+  // Each rank's current op (the last op its cursor passed), then its first op elsewhere.
+  std::vector<std::optional<std::pair<int, Phase>>> at(by_rank_.size());
+  for (std::size_t r = 0; r < by_rank_.size(); ++r) {
+    for (std::size_t k = pos_[r]; k-- > 0;) {
+      const TraceEvent& e = event_of(r, k);
+      if (e.kind == TraceEventKind::op) {
+        at[r] = {e.layer, e.phase};
+        break;
+      }
+    }
+  }
+  return advance([&](std::size_t r, const TraceEvent& e) {
+    if (e.kind != TraceEventKind::op) return false;
+    if (!at[r]) {
+      at[r] = {e.layer, e.phase};
+      return false;
+    }
+    return at[r]->first != e.layer || at[r]->second != e.phase;
+  });
+}
+
+bool Replay::run_continue() {
+  return advance([&](std::size_t, const TraceEvent& e) {
+    if (e.kind != TraceEventKind::op) return false;
+    Site site;
+    site.op = e.op;
+    site.scope = e.scope;
+    site.phase = e.phase;
+    site.layer = e.layer;
+    site.step = e.step;
+    site.rank = e.rank;
+    return std::any_of(breakpoints_.begin(), breakpoints_.end(),
+                       [&](const Breakpoint& b) { return b.matches(site); });
+  });
+}
+
+void Replay::add_breakpoint(Breakpoint b) {
+  b.validate();
+  breakpoints_.push_back(std::move(b));
+}
+
+Snapshot Replay::snapshot() const {
+  return snapshot_of_trace(trace_, config_, keep_gathered_input_, pos_);
+}
+
+Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
+                           bool keep_gathered_input, const std::vector<std::size_t>& visible) {
+  const std::vector<int>& ranks = trace.meta.ranks;
+  Snapshot s;
+  s.source = trace.source;
+  s.live = false;
+  s.config = config;
+  s.keep_gathered_input = keep_gathered_input;
+  s.ranks = static_cast<int>(ranks.size());
+  s.total_events = trace.events.size();
+  s.check_note = "a trace holds no tensor values: compare dumps with `shardscope check`";
+  std::vector<std::size_t> seen(ranks.size(), 0), total(ranks.size(), 0);
+  std::vector<const TraceEvent*> last(ranks.size(), nullptr);  // last op or collective passed
+  auto index_of = [&](int rank) {
+    return static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  };
+  for (const TraceEvent& e : trace.events) ++total[index_of(e.rank)];
+  for (const TraceEvent& e : trace.events) {
+    const std::size_t r = index_of(e.rank);
+    if (seen[r] >= (r < visible.size() ? visible[r] : 0)) continue;
+    ++seen[r];
+    s.events.push_back(e);
+    s.now_us = std::max(s.now_us, e.ts_us);
+    if (e.kind == TraceEventKind::op || e.kind == TraceEventKind::collective) last[r] = &e;
+  }
+  s.finished = true;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    RankStatus st;
+    st.rank = ranks[r];
+    const bool done = seen[r] == total[r];
+    s.finished = s.finished && done;
+    if (done) {
+      st.state = RankStatus::State::finished;
+    } else if (seen[r] == 0) {
+      st.state = RankStatus::State::not_started;
+    }
+    if (const TraceEvent* e = last[r]) {
+      st.op = e->op;
+      st.scope = e->scope;
+      st.phase = e->phase;
+      st.step = e->step;
+      st.seq = e->seq;
+      st.placement = e->placement;
+      st.inputs = e->inputs;
+      const std::string name = e->scope.empty() ? e->op : e->scope + "/" + e->op;
+      const std::string at = name + " " + phase_name(e->phase) + " (step " +
+                             std::to_string(e->step) + ", op " + std::to_string(e->seq) + ")";
+      if (e->kind == TraceEventKind::collective) {
+        if (!done) st.state = RankStatus::State::in_collective;
+        st.where = std::string("in ") + collective_name(e->collective) + " from " + at;
+      } else {
+        if (!done) st.state = RankStatus::State::paused;
+        st.where = "at " + at;
+      }
+    }
+    if (done) st.where = "finished" + (st.where.empty() ? "" : ", last " + st.where);
+    s.status.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace shardscope::viz

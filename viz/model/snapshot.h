@@ -1,0 +1,74 @@
+// Snapshot: everything the visualizer draws, copied out of a source (a live run or a replayed
+// trace) at one instant. The source owns capture (Tracy's worker); the view model turns a
+// snapshot into shapes (view_model.h); the drawing code only draws those. Nothing here knows
+// ImGui, so the whole data side is tested without a window.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/observer.h"
+#include "autograd/shape.h"
+#include "io/trace_event.h"
+#include "parallel/layer_config.h"
+#include "parallel/placement.h"
+
+namespace shardscope::viz {
+
+// One rank as the controls show it.
+struct RankStatus {
+  int rank = 0;
+  enum class State : std::uint8_t { not_started, running, paused, in_collective, finished };
+  State state = State::not_started;
+  std::string where;  // "paused before attn.qkv/gather_matmul forward (step 0)", "waits in ..."
+  // The op the rank is at (paused before it, or, in replay, the last one begun): empty when none.
+  std::string op, scope;
+  Phase phase = Phase::forward;
+  std::int64_t step = 0;
+  std::uint64_t seq = 0;
+  std::vector<std::string> inputs;  // its input shapes, "[4, 2, 32]" (as in TraceEvent)
+  std::string placement;            // a parallel op's "Shard(0) -> Shard(2)", else empty
+};
+const char* rank_state_name(RankStatus::State s);  // "not started", "running", ...
+
+// A named tensor of the run with each rank's local values (live runs only; a trace has none).
+struct TensorValues {
+  std::string name;  // "input", "output", "attn.qkv.weight", "attn.qkv.weight.grad"
+  Shape global;
+  Placement placement;
+  std::vector<Shape> local_shapes;        // per rank
+  std::vector<std::vector<float>> local;  // per rank, row-major; empty when not available
+};
+
+// One row of the Check panel: a tensor against the single-device reference.
+struct CheckRow {
+  std::string name;
+  bool available = false;  // false until the tensor exists on every rank
+  double max_abs_err = 0;
+  double max_rel_err = 0;
+  bool passed = true;
+};
+
+struct Snapshot {
+  std::string source;  // "live tp-sp on 4 threads" or the trace's path
+  bool live = false;
+  LayerConfig config;  // from the run's options or the trace's otherData.config
+  bool keep_gathered_input = false;
+  int ranks = 1;
+  // Events so far (live) or up to the cursor (replay), by start time; the op and collective
+  // slices, memory counters and step marks of every rank (io/trace_event.h).
+  std::vector<TraceEvent> events;
+  double now_us = 0;               // the cursor's time: events ending after it are in progress
+  std::uint64_t total_events = 0;  // in the whole trace (replay) or so far (live)
+  std::vector<RankStatus> status;  // one per rank
+  std::vector<TensorValues> tensors;
+  std::vector<CheckRow> checks;
+  double tolerance = 0;
+  std::string check_note;  // why checks are missing ("a trace holds no tensor values"), or ""
+  bool finished = false;   // every rank has finished (or the replay is at its end)
+  std::string error;       // a rank's failure, or ""
+};
+
+}  // namespace shardscope::viz
