@@ -38,8 +38,20 @@ check_language(CUDA)
 shardscope_resolve_part(CUDA "${CMAKE_CUDA_COMPILER}" "nvcc; the CUDA backend arrives in a later issue")
 find_package(MPI QUIET COMPONENTS CXX)
 shardscope_resolve_part(MPI "${MPI_CXX_FOUND}" "MPI for MpiComm: Debian libopenmpi-dev")
+# The visualizer needs Dear ImGui with its GLFW and OpenGL 3 backend sources (Debian:
+# libimgui-dev, which ships them under its documentation), GLFW 3 and OpenGL.
 find_path(SHARDSCOPE_IMGUI_INCLUDE imgui.h PATH_SUFFIXES imgui)
-shardscope_resolve_part(VIZ "${SHARDSCOPE_IMGUI_INCLUDE}" "Dear ImGui; the visualizer arrives in a later issue")
+find_path(SHARDSCOPE_IMGUI_BACKENDS imgui_impl_opengl3.cpp
+          PATHS /usr/share/doc/libimgui-dev/examples/backends NO_DEFAULT_PATH)
+find_path(SHARDSCOPE_GLFW_INCLUDE GLFW/glfw3.h)
+find_path(SHARDSCOPE_STB_INCLUDE stb_image_write.h PATH_SUFFIXES stb)
+set(viz_found FALSE)
+if(SHARDSCOPE_IMGUI_INCLUDE AND SHARDSCOPE_IMGUI_BACKENDS AND SHARDSCOPE_GLFW_INCLUDE
+   AND SHARDSCOPE_STB_INCLUDE)
+  set(viz_found TRUE)
+endif()
+shardscope_resolve_part(VIZ "${viz_found}"
+                        "Dear ImGui with its backends, GLFW 3 and stb: Debian libimgui-dev, libglfw3-dev, libstb-dev")
 
 # shardscope_target_defaults(TARGET): warnings (errors with SHARDSCOPE_WERROR) and sanitizers.
 function(shardscope_target_defaults target)

@@ -13,7 +13,7 @@ bash scripts/check-format.sh
 
 echo "== threaded tests under ThreadSanitizer"
 cmake --preset tsan -DSHARDSCOPE_WERROR=ON >/dev/null
-cmake --build --preset tsan -j "$jobs" --target threads_tests
+cmake --build --preset tsan -j "$jobs" --target threads_tests viz_tests
 TSAN_OPTIONS=halt_on_error=1 ctest --preset tsan -j "$jobs"
 
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -50,6 +50,11 @@ class LiveSource final : public Source {
     Context& ref = *reference_ctx_;
     reference_ = single_device_reference(ref, options.spec);
     session_.start();
+    // Every rank reaches its first op before the first command, so a command never races the
+    // start (a step sent to a rank still starting would be taken as a pause request).
+    if (!session_.wait_settled(std::chrono::seconds(60)) && session_.error().empty()) {
+      throw Error("the live run's ranks did not reach their first op within 60 s");
+    }
   }
   ~LiveSource() override { session_.finish("the visualizer closed"); }
 

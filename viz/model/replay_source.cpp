@@ -34,4 +34,8 @@ std::unique_ptr<Source> make_replay_source(const std::string& trace_path) {
   return std::make_unique<ReplaySource>(read_trace(trace_path));
 }
 
+std::unique_ptr<Source> make_replay_source(TraceFile trace) {
+  return std::make_unique<ReplaySource>(std::move(trace));
+}
+
 }  // namespace shardscope::viz

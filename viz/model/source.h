@@ -10,6 +10,7 @@
 
 #include "apps/run.h"
 #include "autograd/debugger.h"
+#include "io/trace_reader.h"
 #include "viz/model/snapshot.h"
 
 namespace shardscope::viz {
@@ -42,6 +43,8 @@ class Source {
 std::unique_ptr<Source> make_live_source(const RunOptions& options);
 // Opens a trace (TraceFormatError naming the file when it is not a usable shardscope trace).
 std::unique_ptr<Source> make_replay_source(const std::string& trace_path);
+// The same for a trace already in memory (a synthetic one, for the frame-time benchmark).
+std::unique_ptr<Source> make_replay_source(TraceFile trace);
 
 // Runs one script command on `source` and waits until it is idle: "step [N]", "next-collective
 // [N]", "step-layer [N]", "continue", "pause", "break <op|layer N|phase forward|backward>",

@@ -1,0 +1,243 @@
+// shardscope-viz as a person runs it: headless frames of a live run and of a replayed trace,
+// written as PNG and read back. The checks look at pixels: the image has the size asked for,
+// every panel has drawn content, and the shard panel shows every rank's colour.
+#include <gtest/gtest.h>
+#include <stb_image.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/run.h"
+#include "viz/app/viz_main.h"
+#include "viz/model/theme.h"
+
+namespace shardscope::viz {
+namespace {
+
+struct Png {
+  int width = 0, height = 0;
+  std::vector<std::uint8_t> rgba;
+  const std::uint8_t* at(int x, int y) const {
+    return rgba.data() + (static_cast<std::size_t>(y) * static_cast<std::size_t>(width) +
+                          static_cast<std::size_t>(x)) *
+                             4;
+  }
+};
+
+Png read_png(const std::string& path) {
+  Png p;
+  int channels = 0;
+  unsigned char* data = stbi_load(path.c_str(), &p.width, &p.height, &channels, 4);
+  if (!data) return p;
+  p.rgba.assign(data, data + static_cast<std::size_t>(p.width) * p.height * 4);
+  stbi_image_free(data);
+  return p;
+}
+
+struct Region {
+  int x0, y0, x1, y1;
+};
+
+std::map<std::string, Region> read_panels(const std::string& path) {
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::map<std::string, Region> out;
+  for (const auto& p : j.at("panels")) {
+    out[p.at("name").get<std::string>()] = {
+        static_cast<int>(p.at("x0").get<double>()), static_cast<int>(p.at("y0").get<double>()),
+        static_cast<int>(p.at("x1").get<double>()), static_cast<int>(p.at("y1").get<double>())};
+  }
+  return out;
+}
+
+bool near(const std::uint8_t* px, Color c, int tolerance) {
+  return std::abs(px[0] - red_of(c)) <= tolerance && std::abs(px[1] - green_of(c)) <= tolerance &&
+         std::abs(px[2] - blue_of(c)) <= tolerance;
+}
+
+// Pixels of `region` within `tolerance` of colour c.
+int count_color(const Png& png, const Region& r, Color c, int tolerance = 6) {
+  int n = 0;
+  for (int y = r.y0; y < r.y1 && y < png.height; ++y) {
+    for (int x = r.x0; x < r.x1 && x < png.width; ++x) n += near(png.at(x, y), c, tolerance);
+  }
+  return n;
+}
+
+// Pixels inside a panel (below its title bar, inside its border) that differ from its most
+// common colour (its background): what the panel drew, text included. An empty panel has none.
+int content_pixels(const Png& png, const Region& panel) {
+  const Region r{panel.x0 + 3, panel.y0 + 24, panel.x1 - 3, panel.y1 - 3};
+  std::map<std::uint32_t, int> histogram;
+  auto key = [](const std::uint8_t* px) {
+    return static_cast<std::uint32_t>(px[0]) << 16 | static_cast<std::uint32_t>(px[1]) << 8 | px[2];
+  };
+  for (int y = r.y0; y < r.y1 && y < png.height; ++y) {
+    for (int x = r.x0; x < r.x1 && x < png.width; ++x) ++histogram[key(png.at(x, y))];
+  }
+  int most = 0, total = 0;
+  for (const auto& entry : histogram) {
+    most = std::max(most, entry.second);
+    total += entry.second;
+  }
+  return total - most;
+}
+
+int area(const Region& r) {
+  return (r.x1 - r.x0) * (r.y1 - r.y0);
+}
+
+struct VizRun {
+  int code = -1;
+  std::string out, err;
+  Png png;
+  std::map<std::string, Region> panels;
+};
+
+std::string temp_name(const std::string& what) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "viz_" + info->name() + "_" + what;
+}
+
+VizRun run_viz(std::vector<std::string> args, int width = 1280, int height = 800) {
+  VizRun r;
+  const std::string png = temp_name("shot.png"), panels = temp_name("panels.json");
+  args.insert(args.begin(), "shardscope-viz");
+  for (const std::string& a :
+       {std::string("--headless"), std::string("--screenshot"), png, std::string("--panels"),
+        panels, std::string("--width"), std::to_string(width), std::string("--height"),
+        std::to_string(height)}) {
+    args.push_back(a);
+  }
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  r.code = viz_main(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.out = out.str();
+  r.err = err.str();
+  if (r.code == 0) {
+    r.png = read_png(png);
+    r.panels = read_panels(panels);
+  }
+  std::remove(png.c_str());
+  std::remove(panels.c_str());
+  return r;
+}
+
+// Fails (never skips) without a display: these tests are how CI knows the window works.
+void require_display() {
+  ASSERT_NE(std::getenv("DISPLAY"), nullptr)
+      << "no X display: install Debian's xvfb (scripts/setup.sh does) so ctest runs these "
+         "tests under xvfb-run, or run them on a desktop";
+}
+
+const std::vector<std::string> kPanels = {"Controls",    "Shard layout", "Tensor inspector",
+                                          "Collectives", "Memory",       "Check"};
+
+void expect_every_panel_drawn(const VizRun& r) {
+  for (const std::string& name : kPanels) {
+    ASSERT_TRUE(r.panels.count(name)) << name;
+    // One line of text is some hundreds of pixels.
+    EXPECT_GT(content_pixels(r.png, r.panels.at(name)), 300) << name << " looks empty";
+  }
+}
+
+TEST(VizApp, LiveTpSpForwardAtTheAllGatherBeforeQkv) {
+  require_display();
+  const VizRun r = run_viz({"--mode", "tp-sp", "--degree", "4", "--script", "next-collective"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.png.width, 1280);
+  ASSERT_EQ(r.png.height, 800);
+  expect_every_panel_drawn(r);
+  const Region shard = r.panels.at("Shard layout");
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_GT(count_color(r.png, shard, theme::rank_color(rank)), 200)
+        << "rank " << rank << "'s colour is missing from the shard panel";
+  }
+  // No fifth rank: its colour appears nowhere in the shard panel.
+  EXPECT_LT(count_color(r.png, shard, theme::rank_color(4)), 20);
+}
+
+TEST(VizApp, LiveTpSpBackwardShowsCollectivesAndTheFullSavedTable) {
+  require_display();
+  const VizRun r = run_viz({"--mode", "tp-sp", "--degree", "4", "--script",
+                            "break phase backward; continue; clear; next-collective"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_every_panel_drawn(r);
+  const Region lanes = r.panels.at("Collectives");
+  // The forward's all-gathers and reduce-scatters are boxes in their kinds' colours.
+  EXPECT_GT(count_color(r.png, lanes, theme::collective_color(CollectiveKind::all_gather)), 50);
+  EXPECT_GT(count_color(r.png, lanes, theme::collective_color(CollectiveKind::reduce_scatter)), 20);
+  // Saved activations are on the memory charts.
+  EXPECT_GT(count_color(r.png, r.panels.at("Memory"),
+                        theme::memory_color(MemoryCategory::saved_activation)),
+            200);
+}
+
+TEST(VizApp, ReplaysARecordedTrace) {
+  require_display();
+  RunOptions o;
+  o.spec.layer.mode = ParallelMode::ulysses;
+  o.spec.layer.degree = 2;
+  o.spec.steps = 1;
+  o.trace_path = temp_name("trace.json");
+  std::ostringstream log;
+  run_layer(o, log);
+  const VizRun r = run_viz({"--trace", o.trace_path, "--script", "next-collective; step 3"});
+  std::remove(o.trace_path.c_str());
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_every_panel_drawn(r);
+  const Region shard = r.panels.at("Shard layout");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GT(count_color(r.png, shard, theme::rank_color(rank)), 100) << "rank " << rank;
+  }
+}
+
+TEST(VizApp, LargeSyntheticTraceStillDraws) {
+  require_display();
+  const VizRun r = run_viz({"--synthetic", "8,100000", "--script", "continue"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_every_panel_drawn(r);
+  // 100k events on 8 lanes fold into boxes that cover much of the timeline.
+  const Region lanes = r.panels.at("Collectives");
+  EXPECT_GT(content_pixels(r.png, lanes), area(lanes) / 5);
+}
+
+TEST(VizApp, BadFlagsAreExitCodeTwoAndNameTheRule) {
+  std::ostringstream out, err;
+  const char* headless_only[] = {"shardscope-viz", "--headless"};
+  EXPECT_EQ(viz_main(2, headless_only, out, err), 2);
+  EXPECT_NE(err.str().find("--screenshot"), std::string::npos) << err.str();
+
+  std::ostringstream err2;
+  const char* bad_script[] = {"shardscope-viz", "--mode", "tp", "--degree", "2",
+                              "--script",       "jump"};
+  EXPECT_EQ(viz_main(7, bad_script, out, err2), 2);
+  EXPECT_NE(err2.str().find("unknown script command 'jump'"), std::string::npos) << err2.str();
+
+  std::ostringstream err3;
+  const char* bad_mode[] = {"shardscope-viz", "--mode",       "pipeline",
+                            "--headless",     "--screenshot", "x.png"};
+  EXPECT_EQ(viz_main(6, bad_mode, out, err3), 2);
+  EXPECT_NE(err3.str().find("pipeline"), std::string::npos) << err3.str();
+}
+
+TEST(VizApp, AMissingTraceIsExitCodeOneNamingTheFile) {
+  std::ostringstream out, err;
+  const char* argv[] = {"shardscope-viz", "--trace",      "/nonexistent/trace.json",
+                        "--headless",     "--screenshot", "x.png"};
+  EXPECT_EQ(viz_main(6, argv, out, err), 1);
+  EXPECT_NE(err.str().find("/nonexistent/trace.json"), std::string::npos) << err.str();
+}
+
+}  // namespace
+}  // namespace shardscope::viz

@@ -1,0 +1,471 @@
+// The panels: ImGui calls only. Every shape comes from the view model; this file picks the
+// panel rectangles, turns view-model coordinates into screen coordinates and handles input.
+//
+// Index: draw helpers | layout | Controls | Shard layout | Tensor inspector | Collectives |
+//        Memory | Check
+#include "viz/app/panels.h"
+
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "autograd/errors.h"
+
+namespace shardscope::viz {
+namespace {
+
+// ---- draw helpers ------------------------------------------------------------------------------
+
+// View-model coordinates are relative to a canvas's top left.
+struct Canvas {
+  ImDrawList* draw = nullptr;
+  ImVec2 origin;
+  PanelSize size;
+
+  ImVec2 at(float x, float y) const { return ImVec2(origin.x + x, origin.y + y); }
+  // The mouse in canvas coordinates, when it is over the canvas.
+  std::optional<ImVec2> mouse() const {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    const float x = m.x - origin.x, y = m.y - origin.y;
+    if (!ImGui::IsWindowHovered() || x < 0 || y < 0 || x >= size.width || y >= size.height) {
+      return std::nullopt;
+    }
+    return ImVec2(x, y);
+  }
+};
+
+// Claims the rest of the current window (less `reserve_y` pixels below) as a canvas.
+Canvas begin_canvas(float reserve_y = 0) {
+  Canvas c;
+  c.draw = ImGui::GetWindowDrawList();
+  c.origin = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  c.size = {std::max(avail.x, 1.0f), std::max(avail.y - reserve_y, 1.0f)};
+  ImGui::InvisibleButton("canvas", ImVec2(c.size.width, c.size.height));
+  c.draw->PushClipRect(c.origin, c.at(c.size.width, c.size.height), true);
+  return c;
+}
+
+// The canvas begin_canvas will claim after one line of text.
+PanelSize size_below_a_line() {
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  return {std::max(avail.x, 1.0f), std::max(avail.y - ImGui::GetTextLineHeightWithSpacing(), 1.0f)};
+}
+
+void end_canvas(const Canvas& c) {
+  c.draw->PopClipRect();
+}
+
+void fill(const Canvas& c, const Rect& r, Color color) {
+  c.draw->AddRectFilled(c.at(r.x0, r.y0), c.at(r.x1, r.y1), color);
+}
+
+void outline(const Canvas& c, const Rect& r, Color color, float thickness = 1.0f) {
+  c.draw->AddRect(c.at(r.x0, r.y0), c.at(r.x1, r.y1), color, 0.0f, 0, thickness);
+}
+
+void text(const Canvas& c, const Label& l) {
+  c.draw->AddText(c.at(l.x, l.y), l.color, l.text.c_str());
+}
+
+void line(const Canvas& c, const Line& l) {
+  c.draw->AddLine(c.at(l.x0, l.y0), c.at(l.x1, l.y1), l.color, l.thickness);
+  if (!l.arrow) return;
+  const float dx = l.x1 - l.x0, dy = l.y1 - l.y0;
+  const float len = std::sqrt(dx * dx + dy * dy);
+  if (len < 1.0f) return;
+  const float ux = dx / len, uy = dy / len, head = 7.0f;
+  c.draw->AddTriangleFilled(
+      c.at(l.x1, l.y1),
+      c.at(l.x1 - ux * head - uy * head * 0.5f, l.y1 - uy * head + ux * head * 0.5f),
+      c.at(l.x1 - ux * head + uy * head * 0.5f, l.y1 - uy * head - ux * head * 0.5f), l.color);
+}
+
+// Diagonal hatching inside r: how a Partial summand is told apart from a shard.
+void hatch(const Canvas& c, const Rect& r, Color color) {
+  c.draw->PushClipRect(c.at(r.x0, r.y0), c.at(r.x1, r.y1), true);
+  const float step = 6.0f;
+  for (float d = -r.height(); d < r.width(); d += step) {
+    c.draw->AddLine(c.at(r.x0 + d, r.y1), c.at(r.x0 + d + r.height(), r.y0), color, 1.5f);
+  }
+  c.draw->PopClipRect();
+}
+
+ImVec4 to_float4(Color c) {
+  return ImGui::ColorConvertU32ToFloat4(c);
+}
+
+std::string bytes_text(double bytes) {
+  char buf[48];
+  if (bytes >= 1024.0 * 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  } else if (bytes >= 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  }
+  return buf;
+}
+
+// Parses the breakpoint box: "op", "scope/op", "layer N", "phase forward|backward".
+Breakpoint parse_breakpoint(const std::string& text) {
+  const std::size_t space = text.find(' ');
+  const std::string what = text.substr(0, space);
+  const std::string value = space == std::string::npos ? "" : text.substr(space + 1);
+  Breakpoint b;
+  if (what == "layer" && !value.empty()) {
+    b.layer = std::stoi(value);
+  } else if (what == "phase" && (value == "forward" || value == "backward")) {
+    b.phase = value == "forward" ? Phase::forward : Phase::backward;
+  } else if (!what.empty() && value.empty()) {
+    b.op = what;
+  } else {
+    throw ArgumentError(
+        "a breakpoint is <op>, <scope>/<op>, layer <N> or phase forward|backward;"
+        " given '" +
+        text + "'");
+  }
+  return b;
+}
+
+}  // namespace
+
+// ---- layout ------------------------------------------------------------------------------------
+
+bool VizUi::begin_panel(const char* name, const Rect& r) {
+  regions_.push_back({name, r});
+  ImGui::SetNextWindowPos(ImVec2(r.x0, r.y0), ImGuiCond_Always);
+  ImGui::SetNextWindowSize(ImVec2(r.width(), r.height()), ImGuiCond_Always);
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize |
+                                 ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  return ImGui::Begin(name, nullptr, flags);
+}
+
+void VizUi::refresh() {
+  const std::uint64_t v = source_.version();
+  if (v == version_) return;
+  version_ = v;
+  snapshot_ = source_.snapshot();
+  if (state_.rank >= snapshot_.ranks) state_.rank = 0;
+  if (state_.collective && *state_.collective >= snapshot_.events.size()) {
+    state_.collective.reset();
+  }
+}
+
+void VizUi::frame(float width, float height) {
+  refresh();
+  regions_.clear();
+  const float left = std::floor(width * 0.22f), mid = std::floor(width * 0.62f);
+  const float top = std::floor(height * 0.50f), low = std::floor(height * 0.74f);
+  controls({0, 0, left, height});
+  shard_layout({left, 0, mid, top});
+  tensor_inspector({mid, 0, width, top});
+  collectives({left, top, width, low});
+  memory({left, low, std::floor(width * 0.72f), height});
+  check({std::floor(width * 0.72f), low, width, height});
+}
+
+// ---- Controls ----------------------------------------------------------------------------------
+
+void VizUi::controls(const Rect& r) {
+  if (begin_panel("Controls", r)) {
+    ImGui::TextWrapped("%s", snapshot_.source.c_str());
+    ImGui::TextColored(to_float4(theme::kTextDim), "%s, t=%d, s=%lld b=%lld h=%lld a=%lld",
+                       mode_name(snapshot_.config.mode), snapshot_.config.degree,
+                       static_cast<long long>(snapshot_.config.seq),
+                       static_cast<long long>(snapshot_.config.batch),
+                       static_cast<long long>(snapshot_.config.hidden),
+                       static_cast<long long>(snapshot_.config.heads));
+    ImGui::Separator();
+    const bool idle = source_.idle();
+    auto command = [&](const char* label, void (Source::*fn)()) {
+      if (ImGui::Button(label)) {
+        state_.message.clear();
+        (source_.*fn)();
+      }
+    };
+    ImGui::BeginDisabled(!idle || snapshot_.finished);
+    command("Step op", &Source::step_op);
+    ImGui::SameLine();
+    command("Next collective", &Source::next_collective);
+    command("Step layer", &Source::step_layer);
+    ImGui::SameLine();
+    command("Continue", &Source::run_continue);
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+    ImGui::BeginDisabled(idle || !snapshot_.live);
+    command("Pause", &Source::pause);
+    ImGui::EndDisabled();
+
+    ImGui::SetNextItemWidth(-60);
+    ImGui::InputTextWithHint("##break", "op | scope/op | layer N | phase backward",
+                             state_.breakpoint, sizeof state_.breakpoint);
+    ImGui::SameLine();
+    if (ImGui::Button("Break") && state_.breakpoint[0]) {
+      try {
+        source_.add_breakpoint(parse_breakpoint(state_.breakpoint));
+        state_.message = std::string("breakpoint: ") + state_.breakpoint;
+        state_.breakpoint[0] = 0;
+      } catch (const std::exception& e) {
+        state_.message = e.what();
+      }
+    }
+    if (ImGui::SmallButton("Clear breakpoints")) source_.clear_breakpoints();
+    if (!state_.message.empty()) ImGui::TextWrapped("%s", state_.message.c_str());
+    if (!snapshot_.error.empty()) {
+      ImGui::TextColored(to_float4(theme::kFailed), "%s", snapshot_.error.c_str());
+    }
+    ImGui::Separator();
+    ImGui::Text("Ranks (click one to show its op)");
+    for (const RankStatus& st : snapshot_.status) {
+      ImGui::PushID(st.rank);
+      ImGui::PushStyleColor(ImGuiCol_Text, to_float4(theme::rank_color(st.rank)));
+      char label[48];
+      std::snprintf(label, sizeof label, "rank %d: %s", st.rank, rank_state_name(st.state));
+      if (ImGui::Selectable(label, state_.rank == st.rank)) state_.rank = st.rank;
+      ImGui::PopStyleColor();
+      ImGui::TextColored(to_float4(theme::kTextDim), "step %lld, %s",
+                         static_cast<long long>(st.step), phase_name(st.phase));
+      ImGui::TextWrapped("%s", st.where.c_str());
+      ImGui::PopID();
+    }
+    ImGui::Separator();
+    ImGui::TextColored(to_float4(theme::kTextDim), "%zu of %llu events", snapshot_.events.size(),
+                       static_cast<unsigned long long>(snapshot_.total_events));
+  }
+  ImGui::End();
+}
+
+// ---- Shard layout ------------------------------------------------------------------------------
+
+void VizUi::shard_layout(const Rect& r) {
+  if (begin_panel("Shard layout", r)) {
+    const ShardView v = shard_view(snapshot_, state_.rank, size_below_a_line());
+    ImGui::TextUnformatted(v.title.c_str());
+    Canvas c = begin_canvas();
+    for (const LogicalTensorView& t : v.tensors) {
+      fill(c, t.frame, theme::kPanelBackground);
+      for (const ShardPiece& p : t.pieces) {
+        switch (p.style) {
+          case PieceStyle::shard:
+          case PieceStyle::replicate:
+            fill(c, p.rect, p.fill);
+            break;
+          case PieceStyle::partial:
+            hatch(c, p.rect, p.fill);
+            break;
+        }
+        outline(c, p.rect, p.outline, theme::kOutlineWidth * 0.5f);
+      }
+      outline(c, t.frame, theme::kOutline, t.weight ? 1.0f : theme::kOutlineWidth);
+      for (const Label& l : t.labels) text(c, l);
+    }
+    for (const Label& l : v.notes) text(c, l);
+    if (const auto m = c.mouse()) {
+      if (const ShardPiece* p = shard_piece_at(v, m->x, m->y)) {
+        outline(c, p->rect, theme::kSelection, theme::kOutlineWidth);
+        ImGui::SetTooltip("%s", p->tooltip.c_str());
+      }
+    }
+    end_canvas(c);
+  }
+  ImGui::End();
+}
+
+// ---- Tensor inspector --------------------------------------------------------------------------
+
+void VizUi::tensor_inspector(const Rect& r) {
+  if (begin_panel("Tensor inspector", r)) {
+    if (snapshot_.tensors.empty()) {
+      ImGui::TextWrapped("%s", snapshot_.live ? "no tensor values yet (they are read while every "
+                                                "rank is paused)"
+                                              : "a trace holds no tensor values; run live to "
+                                                "inspect them");
+    } else {
+      if (state_.tensor.empty()) {
+        // The layer's input first: a 2-D picture with every rank's shard in it.
+        state_.tensor = snapshot_.tensors.front().name;
+        for (const TensorValues& t : snapshot_.tensors) {
+          if (t.name == "input") state_.tensor = t.name;
+        }
+      }
+      ImGui::SetNextItemWidth(r.width() * 0.5f);
+      if (ImGui::BeginCombo("##tensor", state_.tensor.c_str())) {
+        for (const TensorValues& t : snapshot_.tensors) {
+          if (ImGui::Selectable(t.name.c_str(), t.name == state_.tensor)) state_.tensor = t.name;
+        }
+        ImGui::EndCombo();
+      }
+      ImGui::SameLine();
+      ImGui::RadioButton("full", &state_.tensor_rank, -1);
+      for (int k = 0; k < snapshot_.ranks; ++k) {
+        ImGui::SameLine();
+        char label[16];
+        std::snprintf(label, sizeof label, "r%d", k);
+        ImGui::RadioButton(label, &state_.tensor_rank, k);
+      }
+      const std::optional<HeatMap> h =
+          heat_map(snapshot_, state_.tensor, state_.tensor_rank, size_below_a_line());
+      ImGui::TextUnformatted(h ? h->title.c_str() : "");
+      Canvas c = begin_canvas();
+      if (h) {
+        for (const auto& [rect, color] : h->cells) fill(c, rect, color);
+        for (const Line& l : h->shard_outlines) line(c, l);
+        outline(c, h->frame, theme::kOutline);
+        char range[64];
+        std::snprintf(range, sizeof range, "min %.4g  max %.4g", h->min_value, h->max_value);
+        text(c, {h->frame.x0, h->frame.y1 + 2, range, theme::kTextDim});
+      } else {
+        text(c, {0, 0, "no values of " + state_.tensor + " yet", theme::kTextDim});
+      }
+      end_canvas(c);
+    }
+  }
+  ImGui::End();
+}
+
+// ---- Collectives -------------------------------------------------------------------------------
+
+void VizUi::collectives(const Rect& r) {
+  if (begin_panel("Collectives", r)) {
+    const float table_width = std::floor(r.width() * 0.36f);
+    ImGui::BeginChild("timeline", ImVec2(r.width() - table_width - 24, 0));
+    Canvas c = begin_canvas();
+    TimelineViewport viewport;
+    viewport.selected = state_.collective;
+    const TimelineView v = timeline_view(snapshot_, viewport, c.size);
+    for (const Rect& lane : v.lanes) fill(c, lane, theme::kPanelBackground);
+    for (const Label& l : v.lane_labels) text(c, l);
+    for (const TimelineBox& b : v.boxes) {
+      fill(c, b.rect, b.fill);
+      if (!b.label.empty()) text(c, {b.rect.x0 + 2, b.rect.y0 + 2, b.label, theme::kBackground});
+      if (state_.collective && b.event == *state_.collective) {
+        outline(c, b.rect, theme::kSelection, theme::kOutlineWidth);
+      }
+    }
+    for (const Line& l : v.flows) line(c, l);
+    for (const Label& l : v.flow_labels) text(c, l);
+    if (v.cursor) line(c, *v.cursor);
+    if (const auto m = c.mouse()) {
+      if (const TimelineBox* b = timeline_box_at(v, m->x, m->y)) {
+        ImGui::SetTooltip("%s", b->tooltip.c_str());
+        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state_.collective = b->event;
+      }
+    }
+    end_canvas(c);
+    ImGui::EndChild();
+    ImGui::SameLine();
+    ImGui::BeginChild("totals");
+    ImGui::Text("step 0 per rank, measured vs model");
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                  ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
+    if (ImGui::BeginTable("comm", 4, flags)) {
+      ImGui::TableSetupColumn("call");
+      ImGui::TableSetupColumn("n");
+      ImGui::TableSetupColumn("bytes");
+      ImGui::TableSetupColumn("model");
+      ImGui::TableHeadersRow();
+      for (const CommTotalRow& row : v.totals) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::Text("%s %s %s", row.kind.c_str(), row.phase.c_str(), row.purpose.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%d/%d", row.calls, row.model_calls);
+        ImGui::TableNextColumn();
+        ImGui::Text("%s", bytes_text(row.bytes).c_str());
+        ImGui::TableNextColumn();
+        // Short of the model while the step is still running is pending, not wrong.
+        const bool pending = !row.matches && row.calls < row.model_calls && !snapshot_.finished;
+        ImGui::TextColored(to_float4(row.matches ? theme::kPassed
+                                     : pending   ? theme::kPending
+                                                 : theme::kFailed),
+                           "%s", bytes_text(row.model_bytes).c_str());
+      }
+      ImGui::EndTable();
+    }
+    ImGui::EndChild();
+  }
+  ImGui::End();
+}
+
+// ---- Memory ------------------------------------------------------------------------------------
+
+void VizUi::memory(const Rect& r) {
+  if (begin_panel("Memory", r)) {
+    const float table_width = std::floor(r.width() * 0.5f);
+    ImGui::BeginChild("charts", ImVec2(r.width() - table_width - 24, 0));
+    Canvas c = begin_canvas();
+    const MemoryView v = memory_view(snapshot_, state_.rank, c.size);
+    for (const MemoryChart& chart : v.charts) {
+      fill(c, chart.frame, theme::kPanelBackground);
+      for (const auto& [rect, color] : chart.segments) fill(c, rect, color);
+      for (const Line& l : chart.peaks) line(c, l);
+      for (const Label& l : chart.labels) text(c, l);
+    }
+    for (const Label& l : v.legend) text(c, l);
+    end_canvas(c);
+    ImGui::EndChild();
+    ImGui::SameLine();
+    ImGui::BeginChild("saved");
+    ImGui::TextWrapped("rank %d saved activations: %s of %s (%s)", state_.rank,
+                       bytes_text(v.saved_total).c_str(), bytes_text(v.formula_total).c_str(),
+                       v.formula.c_str());
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                  ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
+    if (ImGui::BeginTable("terms", 4, flags)) {
+      ImGui::TableSetupColumn("term");
+      ImGui::TableSetupColumn("formula");
+      ImGui::TableSetupColumn("model");
+      ImGui::TableSetupColumn("measured");
+      ImGui::TableHeadersRow();
+      for (const SavedTermRow& row : v.saved) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::Text("%s", row.what.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%s", row.formula.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%s", bytes_text(row.model_bytes).c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextColored(to_float4(row.complete ? theme::kPassed : theme::kPending), "%s",
+                           bytes_text(row.measured_bytes).c_str());
+      }
+      ImGui::EndTable();
+    }
+    ImGui::EndChild();
+  }
+  ImGui::End();
+}
+
+// ---- Check -------------------------------------------------------------------------------------
+
+void VizUi::check(const Rect& r) {
+  if (begin_panel("Check", r)) {
+    const CheckView v = check_view(snapshot_);
+    ImGui::TextWrapped("%s", v.summary.c_str());
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                  ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
+    if (!v.rows.empty() && ImGui::BeginTable("check", 3, flags)) {
+      ImGui::TableSetupColumn("tensor");
+      ImGui::TableSetupColumn("max abs");
+      ImGui::TableSetupColumn("max rel");
+      ImGui::TableHeadersRow();
+      for (const CheckView::Row& row : v.rows) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextColored(to_float4(row.color), "%s", row.name.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%s", row.abs_err.c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextColored(to_float4(row.color), "%s", row.rel_err.c_str());
+      }
+      ImGui::EndTable();
+    }
+  }
+  ImGui::End();
+}
+
+}  // namespace shardscope::viz

@@ -1,0 +1,68 @@
+// VizUi: the visualizer's panels, drawn with Dear ImGui from the view model (viz/model). Every
+// panel asks the view model what to draw for its size and only walks the lists it gets back;
+// what the person selects (rank, collective, tensor) lives in UiState.
+//
+// Panels, left to right and top to bottom (a fixed layout, the same on every start):
+//   Controls           step op / next collective / step layer / continue / pause, breakpoints,
+//                      every rank's state and op
+//   Shard layout       the current op's logical tensors with each rank's shard in place
+//   Tensor inspector   a heat map of a selected tensor, full or one rank's shard
+//   Collectives        one lane per rank, a box per call, who sends what to whom, totals vs model
+//   Memory             live bytes by category per rank, peaks, saved activations vs the formula
+//   Check              per tensor, the error against the single-device reference
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viz/model/source.h"
+#include "viz/model/view_model.h"
+
+namespace shardscope::viz {
+
+// Where a panel was drawn, in framebuffer pixels (for screenshot tests and --panels output).
+struct PanelRegion {
+  std::string name;
+  Rect rect;
+};
+
+struct UiState {
+  int rank = 0;                           // whose current op the shard panel shows
+  std::optional<std::size_t> collective;  // selected collective (index into snapshot events)
+  std::string tensor;                     // the inspected tensor ("" picks the first)
+  int tensor_rank = -1;                   // -1: the full tensor; else that rank's shard
+  char breakpoint[96] = {};               // the text of the breakpoint being typed
+  std::string message;                    // the last command's error, shown in Controls
+};
+
+class VizUi {
+ public:
+  explicit VizUi(Source& source) : source_(source) {}
+  // Draws every panel into a frame of width x height pixels (between begin_frame and
+  // end_frame). Reads a new snapshot only when the source's version changed.
+  void frame(float width, float height);
+  const std::vector<PanelRegion>& regions() const { return regions_; }
+  const Snapshot& snapshot() const { return snapshot_; }
+  UiState& state() { return state_; }
+
+ private:
+  void refresh();
+  void controls(const Rect& r);
+  void shard_layout(const Rect& r);
+  void tensor_inspector(const Rect& r);
+  void collectives(const Rect& r);
+  void memory(const Rect& r);
+  void check(const Rect& r);
+  // Opens a fixed panel window at r; false when it is collapsed (nothing to draw).
+  bool begin_panel(const char* name, const Rect& r);
+
+  Source& source_;
+  Snapshot snapshot_;
+  std::uint64_t version_ = ~0ull;
+  UiState state_;
+  std::vector<PanelRegion> regions_;
+};
+
+}  // namespace shardscope::viz
