@@ -1,0 +1,354 @@
+// The module layout table, derived from parallel/parallel_layer.cpp, parallel_linear.cpp,
+// attention_core.cpp and layer_run.cpp (the loss).
+#include "viz/model/layout.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "autograd/errors.h"
+
+namespace shardscope::viz {
+namespace {
+
+using Dims = std::vector<std::string>;
+
+// The sizes and placements every module builds from.
+struct Sizes {
+  std::int64_t s, b, h, a, d, f;  // f = 4h, the MLP's inner width
+  ParallelMode mode;
+  bool weights_sharded;  // tp, tp-sp: Megatron's column/row split of the four matrices
+  Placement act;         // between blocks: Shard(0) in tp-sp and ulysses, else Replicate
+  Placement heads;       // q, k, v, scores, context [b, a, s, *]: Shard(1) on a under any TP
+};
+
+Sizes sizes_of(const LayerConfig& c) {
+  Sizes z{};
+  z.s = c.seq;
+  z.b = c.batch;
+  z.h = c.hidden;
+  z.a = c.heads;
+  z.d = c.head_dim();
+  z.f = 4 * c.hidden;
+  z.mode = c.mode;
+  z.weights_sharded = c.mode == ParallelMode::tp || c.mode == ParallelMode::tp_sp;
+  const bool seq_sharded = c.mode == ParallelMode::tp_sp || c.mode == ParallelMode::ulysses;
+  z.act = seq_sharded ? Placement::shard(0) : Placement::replicate();
+  z.heads = c.mode == ParallelMode::single ? Placement::replicate() : Placement::shard(1);
+  return z;
+}
+
+Placement shard_if(bool sharded, int dim) {
+  return sharded ? Placement::shard(dim) : Placement::replicate();
+}
+
+ModuleTensor tensor(std::string name, const char* role, Shape global, Placement p, Dims dims) {
+  ModuleTensor t;
+  t.name = std::move(name);
+  t.role = role;
+  t.global = std::move(global);
+  t.placement = p;
+  t.dim_names = std::move(dims);
+  return t;
+}
+
+ModuleTensor intermediate(std::string name, Shape global, Placement p, Dims dims) {
+  ModuleTensor t = tensor(std::move(name), "writes", std::move(global), p, std::move(dims));
+  t.intermediate = true;
+  return t;
+}
+
+ModuleTensor weight(std::string name, std::string parameter, Shape global, Placement p, Dims dims) {
+  ModuleTensor t = tensor(std::move(name), "reads", std::move(global), p, std::move(dims));
+  t.weight = true;
+  t.parameter = std::move(parameter);
+  return t;
+}
+
+// Where each full weight lives: Megatron splits QKV and fc1 by columns (their biases with them)
+// and proj and fc2 by rows (their biases are added after the reduction, so replicated); the
+// LayerNorms are replicated. Ulysses replicates every weight.
+Placement weight_placement(const Sizes& z, const std::string& parameter) {
+  if (!z.weights_sharded) return Placement::replicate();
+  if (parameter == "attn.qkv.weight" || parameter == "mlp.fc1.weight") return Placement::shard(1);
+  if (parameter == "attn.qkv.bias" || parameter == "mlp.fc1.bias") return Placement::shard(0);
+  if (parameter == "attn.proj.weight" || parameter == "mlp.fc2.weight") {
+    return Placement::shard(0);
+  }
+  return Placement::replicate();
+}
+
+struct ParamSpec {
+  const char* parameter;
+  const char* name;
+  std::int64_t in, out;  // multiples of h; in 0: a vector
+  const char* in_dim;
+  const char* out_dim;
+};
+constexpr ParamSpec kParams[] = {
+    {"ln1.weight", "ln1 weight", 0, 1, "", "h"},    {"ln1.bias", "ln1 bias", 0, 1, "", "h"},
+    {"attn.qkv.weight", "W_qkv", 1, 3, "h", "3h"},  {"attn.qkv.bias", "b_qkv", 0, 3, "", "3h"},
+    {"attn.proj.weight", "W_proj", 1, 1, "h", "h"}, {"attn.proj.bias", "b_proj", 0, 1, "", "h"},
+    {"ln2.weight", "ln2 weight", 0, 1, "", "h"},    {"ln2.bias", "ln2 bias", 0, 1, "", "h"},
+    {"mlp.fc1.weight", "W_fc1", 1, 4, "h", "4h"},   {"mlp.fc1.bias", "b_fc1", 0, 4, "", "4h"},
+    {"mlp.fc2.weight", "W_fc2", 4, 1, "4h", "h"},   {"mlp.fc2.bias", "b_fc2", 0, 1, "", "h"},
+};
+
+ModuleTensor param(const Sizes& z, const std::string& parameter) {
+  for (const ParamSpec& p : kParams) {
+    if (parameter != p.parameter) continue;
+    const Placement where = weight_placement(z, parameter);
+    if (p.in == 0) return weight(p.name, p.parameter, Shape{p.out * z.h}, where, {p.out_dim});
+    return weight(p.name, p.parameter, Shape{p.in * z.h, p.out * z.h}, where,
+                  {p.in_dim, p.out_dim});
+  }
+  throw ArgumentError("module_layout: no parameter " + parameter);
+}
+
+ModuleTensor act(const Sizes& z, std::string name, const char* role) {
+  return tensor(std::move(name), role, Shape{z.s, z.b, z.h}, z.act, {"s", "b", "h"});
+}
+
+// ln1, ln2: LayerNorm over h on whatever rows the rank holds.
+std::vector<ModuleTensor> layernorm(const Sizes& z, const std::string& ln, const char* input) {
+  return {act(z, input, "reads"), param(z, ln + ".weight"), param(z, ln + ".bias"),
+          act(z, "x (" + ln + " out)", "writes")};
+}
+
+// attn.qkv, mlp.fc1: a column-parallel linear [s, b, h] -> [s, b, out]. tp-sp all-gathers the
+// sequence shards first (gather_matmul); ulysses multiplies its sequence shard by full weights.
+std::vector<ModuleTensor> column_linear(const Sizes& z, const std::string& module,
+                                        const std::string& input, const std::string& output,
+                                        std::int64_t out, const char* out_dim) {
+  std::vector<ModuleTensor> v{act(z, input, "reads")};
+  if (z.mode == ParallelMode::tp_sp) {
+    v.push_back(tensor(input + ", gathered", "writes", Shape{z.s, z.b, z.h}, Placement::replicate(),
+                       {"s", "b", "h"}));
+  }
+  v.push_back(param(z, module + ".weight"));
+  v.push_back(param(z, module + ".bias"));
+  const Placement out_placement = z.weights_sharded ? Placement::shard(2) : z.act;
+  v.push_back(tensor(output, "writes", Shape{z.s, z.b, out}, out_placement, {"s", "b", out_dim}));
+  return v;
+}
+
+// attn.proj, mlp.fc2: a row-parallel linear [s, b, in] (Shard(2)) -> Partial [s, b, h], summed
+// by an all-reduce (tp: Replicate) or a reduce-scatter (tp-sp: Shard(0)), then the bias.
+std::vector<ModuleTensor> row_linear(const Sizes& z, const std::string& module,
+                                     const std::string& input, std::int64_t in, const char* in_dim,
+                                     const std::string& output) {
+  const Placement in_placement = z.weights_sharded ? Placement::shard(2) : z.act;
+  std::vector<ModuleTensor> v{
+      tensor(input, "reads", Shape{z.s, z.b, in}, in_placement, {"s", "b", in_dim}),
+      param(z, module + ".weight"), param(z, module + ".bias")};
+  if (z.weights_sharded) {
+    v.push_back(tensor(output + " partial", "writes", Shape{z.s, z.b, z.h}, Placement::partial(),
+                       {"s", "b", "h"}));
+  }
+  v.push_back(act(z, output, "writes"));
+  return v;
+}
+
+std::vector<ModuleTensor> heads_split(const Sizes& z) {
+  const Placement qkv_placement = z.weights_sharded ? Placement::shard(2) : z.act;
+  std::vector<ModuleTensor> v{
+      tensor("qkv", "reads", Shape{z.s, z.b, 3 * z.h}, qkv_placement, {"s", "b", "3h"})};
+  if (z.mode == ParallelMode::ulysses) {
+    // [s/t, b, a, 3, d] -> [3, s/t, b, a, d] -> chunks -> q, k, v [s/t, b, a, d], each sent by
+    // an all-to-all from sequence shards to head shards [s, b, a/t, d], then [b, a/t, s, d].
+    v.push_back(intermediate("qkv by head", Shape{z.s, z.b, z.a, 3, z.d}, Placement::shard(0),
+                             {"s", "b", "a", "3", "d"}));
+    v.push_back(intermediate("q|k|v stacked", Shape{3, z.s, z.b, z.a, z.d}, Placement::shard(1),
+                             {"3", "s", "b", "a", "d"}));
+    v.push_back(intermediate("q|k|v chunk", Shape{1, z.s, z.b, z.a, z.d}, Placement::shard(1),
+                             {"1", "s", "b", "a", "d"}));
+    v.push_back(tensor("q|k|v by sequence", "writes", Shape{z.s, z.b, z.a, z.d},
+                       Placement::shard(0), {"s", "b", "a", "d"}));
+    v.push_back(tensor("q|k|v by head", "writes", Shape{z.s, z.b, z.a, z.d}, Placement::shard(2),
+                       {"s", "b", "a", "d"}));
+  } else {
+    // [s, b, a/t, 3, d] -> [3, b, a/t, s, d] -> chunks -> q, k, v: each rank has its own heads.
+    v.push_back(intermediate("qkv by head", Shape{z.s, z.b, z.a, 3, z.d},
+                             shard_if(z.heads.is_shard(), 2), {"s", "b", "a", "3", "d"}));
+    v.push_back(intermediate("q|k|v stacked", Shape{3, z.b, z.a, z.s, z.d},
+                             shard_if(z.heads.is_shard(), 2), {"3", "b", "a", "s", "d"}));
+    v.push_back(intermediate("q|k|v chunk", Shape{1, z.b, z.a, z.s, z.d},
+                             shard_if(z.heads.is_shard(), 2), {"1", "b", "a", "s", "d"}));
+  }
+  for (const char* name : {"q", "k", "v"}) {
+    v.push_back(tensor(name, "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
+  }
+  return v;
+}
+
+ModuleTensor heads_tensor(const Sizes& z, const char* name, const char* role, bool square) {
+  if (square) {
+    return tensor(name, role, Shape{z.b, z.a, z.s, z.s}, z.heads, {"b", "a", "s", "s"});
+  }
+  return tensor(name, role, Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"});
+}
+
+// attn.context: probs x v, then the heads merged back to [s, b, h]: a permute and a reshape
+// (each rank keeps its heads: Shard(2)); Ulysses sends the context back to sequence shards with
+// an all-to-all first.
+std::vector<ModuleTensor> context(const Sizes& z) {
+  std::vector<ModuleTensor> v{heads_tensor(z, "probs (dropped)", "reads", true),
+                              heads_tensor(z, "v", "reads", false),
+                              heads_tensor(z, "context", "writes", false)};
+  const Shape by_position{z.s, z.b, z.a, z.d};
+  const Dims dims{"s", "b", "a", "d"};
+  if (z.mode == ParallelMode::ulysses) {
+    v.push_back(tensor("context by head", "writes", by_position, Placement::shard(2), dims));
+    v.push_back(tensor("context by sequence", "writes", by_position, Placement::shard(0), dims));
+  } else {
+    v.push_back(
+        intermediate("context by position", by_position, shard_if(z.heads.is_shard(), 2), dims));
+  }
+  const Placement merged = z.weights_sharded ? Placement::shard(2) : z.act;
+  v.push_back(tensor("context (merged)", "writes", Shape{z.s, z.b, z.h}, merged, {"s", "b", "h"}));
+  return v;
+}
+
+// grad_reduce: the gradients of replicated parameters that each rank computed on its sequence
+// shard are partial sums; one all-reduce each makes them whole (in place, so listed once, as
+// the Partial the reduction reads). tp computes them on the full sequence: nothing to reduce.
+std::vector<ModuleTensor> grad_reduce(const Sizes& z) {
+  std::vector<ModuleTensor> v;
+  if (z.mode != ParallelMode::tp_sp && z.mode != ParallelMode::ulysses) return v;
+  for (const ParamSpec& p : kParams) {
+    ModuleTensor w = param(z, p.parameter);
+    if (w.placement.is_shard()) continue;
+    w.name = std::string("grad ") + p.name;
+    w.placement = Placement::partial();
+    v.push_back(std::move(w));
+  }
+  return v;
+}
+
+std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
+  if (scope == "ln1") return layernorm(z, "ln1", "x (layer input)");
+  if (scope == "attn.qkv") return column_linear(z, "attn.qkv", "x (ln1 out)", "qkv", 3 * z.h, "3h");
+  if (scope == "attn.heads") return heads_split(z);
+  if (scope == "attn.scores") {
+    return {heads_tensor(z, "q", "reads", false), heads_tensor(z, "k", "reads", false),
+            heads_tensor(z, "scores", "writes", true)};
+  }
+  if (scope == "attn.softmax") {
+    return {heads_tensor(z, "scores", "reads", true), heads_tensor(z, "probs", "writes", true)};
+  }
+  if (scope == "attn.dropout") {
+    return {heads_tensor(z, "probs", "reads", true),
+            heads_tensor(z, "probs (dropped)", "writes", true)};
+  }
+  if (scope == "attn.context") return context(z);
+  if (scope == "attn.proj")
+    return row_linear(z, "attn.proj", "context (merged)", z.h, "h", "attn out");
+  if (scope == "attn.out_dropout") {
+    return {act(z, "attn out", "reads"), act(z, "attn out (dropped)", "writes")};
+  }
+  if (scope == "residual1") {
+    return {act(z, "x (layer input)", "reads"), act(z, "attn out (dropped)", "reads"),
+            act(z, "h1 (residual1 out)", "writes")};
+  }
+  if (scope == "ln2") return layernorm(z, "ln2", "h1 (residual1 out)");
+  if (scope == "mlp.fc1") return column_linear(z, "mlp.fc1", "x (ln2 out)", "fc1 out", z.f, "4h");
+  if (scope == "mlp.gelu") {
+    const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
+    return {tensor("fc1 out", "reads", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"}),
+            tensor("gelu out", "writes", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"})};
+  }
+  if (scope == "mlp.fc2") return row_linear(z, "mlp.fc2", "gelu out", z.f, "4h", "mlp out");
+  if (scope == "mlp.dropout") {
+    return {act(z, "mlp out", "reads"), act(z, "mlp out (dropped)", "writes")};
+  }
+  if (scope == "residual2") {
+    return {act(z, "h1 (residual1 out)", "reads"), act(z, "mlp out (dropped)", "reads"),
+            act(z, "y (layer output)", "writes")};
+  }
+  if (scope == "loss") {
+    // Each rank sums (y - target)^2 over the rows it holds; sharded rows need an all-reduce.
+    return {act(z, "y (layer output)", "reads"), act(z, "target", "reads"),
+            tensor("sum of (y - target)^2", "writes", Shape{1},
+                   z.act.is_shard() ? Placement::partial() : Placement::replicate(), {"1"})};
+  }
+  if (scope == "grad_reduce") return grad_reduce(z);
+  std::string known;
+  for (const std::string& k : module_scopes()) known += (known.empty() ? "" : ", ") + k;
+  throw ArgumentError("module_layout: no module \"" + scope + "\" (known: " + known + ")");
+}
+
+}  // namespace
+
+const std::vector<std::string>& module_scopes() {
+  static const std::vector<std::string> scopes{
+      "ln1",          "attn.qkv",     "attn.heads", "attn.scores",      "attn.softmax",
+      "attn.dropout", "attn.context", "attn.proj",  "attn.out_dropout", "residual1",
+      "ln2",          "mlp.fc1",      "mlp.gelu",   "mlp.fc2",          "mlp.dropout",
+      "residual2",    "loss",         "grad_reduce"};
+  return scopes;
+}
+
+bool has_module_layout(const std::string& scope) {
+  const std::vector<std::string>& s = module_scopes();
+  return std::find(s.begin(), s.end(), scope) != s.end();
+}
+
+ModuleLayout module_layout(const LayerConfig& config, const std::string& scope) {
+  return {scope, tensors_of(sizes_of(config), scope)};
+}
+
+Shape parse_shape_text(const std::string& text) {
+  auto bad = [&]() {
+    return ArgumentError("parse_shape_text: expected a shape like \"[4, 2, 32]\", given \"" + text +
+                         "\"");
+  };
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') throw bad();
+  std::vector<std::int64_t> dims;
+  std::size_t i = 1;
+  const std::size_t end = text.size() - 1;
+  while (i < end) {
+    while (i < end && text[i] == ' ') ++i;
+    if (i == end) break;
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) throw bad();
+    std::int64_t v = 0;
+    while (i < end && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      v = v * 10 + (text[i] - '0');
+      ++i;
+    }
+    dims.push_back(v);
+    while (i < end && text[i] == ' ') ++i;
+    if (i < end && text[i] != ',') throw bad();
+    if (i < end) ++i;
+  }
+  return Shape(std::move(dims));
+}
+
+Projection projection_of(const Shape& global, Placement placement) {
+  Projection p;
+  const int n = global.rank();
+  if (n == 0) return p;
+  p.col_dim = n - 1;
+  p.cols = global[n - 1];
+  if (n == 1) return p;
+  p.row_dim = placement.is_shard() && placement.dim < n - 1 ? placement.dim : 0;
+  p.rows = global[p.row_dim];
+  return p;
+}
+
+std::pair<std::int64_t, std::int64_t> slice_range(const Shape& global, Placement placement, int dim,
+                                                  int rank, int t) {
+  const std::int64_t n = global[dim];
+  if (!placement.is_shard() || placement.dim != dim || t <= 0) return {0, n};
+  const std::int64_t piece = n / t;
+  return {piece * rank, piece * (rank + 1)};
+}
+
+std::string group_digits(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace shardscope::viz
