@@ -55,7 +55,8 @@ struct TraceEvent {
   std::vector<std::string> outputs;  // output shapes (backward: outgoing grads); empty if it threw
   std::uint64_t alloc_bytes = 0;     // bytes allocated while the slice was open, nested included
   std::uint64_t saved_bytes = 0;     // bytes this forward op saved for backward (not parameters)
-  std::uint64_t released_bytes = 0;  // bytes of saved tensors this backward node released
+  std::uint64_t saved_extra_bytes = 0;  // of saved_bytes, the extras (LayerNorm mean and rstd)
+  std::uint64_t released_bytes = 0;     // bytes of saved tensors this backward node released
 
   // Collective slices.
   CollectiveKind collective = CollectiveKind::barrier;

@@ -126,6 +126,15 @@ void parse_op_args(const Fields& f, const json& args, TraceEvent& e) {
   e.outputs = f.strings(args, "args", "outputs");
   e.alloc_bytes = f.count(args, "args", "alloc_bytes");
   e.saved_bytes = f.count(args, "args", "saved_bytes");
+  // Optional (added within version 1): files written before it hold no split, so 0.
+  if (args.contains("saved_extra_bytes")) {
+    e.saved_extra_bytes = f.count(args, "args", "saved_extra_bytes");
+    if (e.saved_extra_bytes > e.saved_bytes) {
+      f.fail("args.saved_extra_bytes", "expected at most args.saved_bytes (" +
+                                           std::to_string(e.saved_bytes) + "), given " +
+                                           std::to_string(e.saved_extra_bytes));
+    }
+  }
   e.released_bytes = f.count(args, "args", "released_bytes");
 }
 

@@ -62,6 +62,7 @@ json op_args(const TraceEvent& e) {
           {"outputs", e.outputs},
           {"alloc_bytes", e.alloc_bytes},
           {"saved_bytes", e.saved_bytes},
+          {"saved_extra_bytes", e.saved_extra_bytes},
           {"released_bytes", e.released_bytes}};
 }
 

@@ -83,27 +83,37 @@ std::string formula_text(const LayerConfig& c, bool keep_gathered_input) {
   return "?";
 }
 
-std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
-                                        int layer) {
+std::vector<MeasuredTerm> measure_sites(const ActivationModel& model,
+                                        const std::vector<SavedAt>& sites) {
   std::vector<MeasuredTerm> rows;
-  std::vector<MemoryLedger::SavedSite> sites = ledger.saved_by_site(layer);
+  std::vector<bool> claimed(sites.size(), false);
   for (const ActivationTerm& t : model.terms) {
     MeasuredTerm row{t.what, t.scope, t.op, t.formula, t.bytes, 0};
-    for (auto& site : sites) {
-      if (site.role == SaveRole::activation && site.scope == t.scope && site.op == t.op) {
-        row.measured_bytes += static_cast<double>(site.bytes);
-        site.bytes = 0;  // claimed by this term
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+      if (!claimed[i] && sites[i].scope == t.scope && sites[i].op == t.op) {
+        row.measured_bytes += sites[i].bytes;
+        claimed[i] = true;
       }
     }
     rows.push_back(row);
   }
-  for (const auto& site : sites) {
-    if (site.role == SaveRole::activation && site.bytes > 0) {
-      rows.push_back(
-          {"(not in the model)", site.scope, site.op, "-", 0, static_cast<double>(site.bytes)});
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    if (!claimed[i] && sites[i].bytes > 0) {
+      rows.push_back({"(not in the model)", sites[i].scope, sites[i].op, "-", 0, sites[i].bytes});
     }
   }
   return rows;
+}
+
+std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
+                                        int layer) {
+  std::vector<SavedAt> sites;
+  for (const MemoryLedger::SavedSite& site : ledger.saved_by_site(layer)) {
+    if (site.role == SaveRole::activation) {
+      sites.push_back({site.scope, site.op, static_cast<double>(site.bytes)});
+    }
+  }
+  return measure_sites(model, sites);
 }
 
 ActivationModel single_device_activation_model(const LayerConfig& c) {

@@ -48,8 +48,19 @@ struct MeasuredTerm {
   double measured_bytes = 0;
 };
 
-// Sets the ledger's saved bytes of `layer` beside the model's terms: each saving site is claimed
-// by the term with its scope and op; sites no term claims follow as "(not in the model)" rows.
+// Saved activation bytes of one saving op (its scope and kind), from a ledger or from a trace's
+// forward slices.
+struct SavedAt {
+  std::string scope, op;
+  double bytes = 0;
+};
+
+// Sets saved bytes beside the model's terms: each site is claimed by the first term with its
+// scope and op; sites no term claims follow as "(not in the model)" rows. The one matching rule
+// for every measurement (the ledger's below, the visualizer's from a trace).
+std::vector<MeasuredTerm> measure_sites(const ActivationModel& model,
+                                        const std::vector<SavedAt>& sites);
+// measure_sites on the ledger's saved activations (SaveRole::activation) of `layer`.
 std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
                                         int layer);
 std::string formula_text(const LayerConfig& config, bool keep_gathered_input);

@@ -114,6 +114,26 @@ TEST(TraceReader, RejectsUnknownCategoriesAndMistypedFields) {
               HasSubstr("field 'pid': expected an integer in [1, "));
 }
 
+// saved_extra_bytes is optional (files written before it hold none) and at most saved_bytes.
+TEST(TraceReader, ReadsSavedExtraBytesWhenPresentAndChecksThem) {
+  const TraceFile without = parse_trace(edited([](nlohmann::json& j) {
+    for (nlohmann::json& e : j["traceEvents"]) {
+      if (e.contains("args")) e["args"].erase("saved_extra_bytes");
+    }
+  }));
+  for (const TraceEvent& e : without.events) EXPECT_EQ(e.saved_extra_bytes, 0u);
+  const TraceFile with = parse_trace(RecordedTrace::get().text);
+  const bool some = std::any_of(with.events.begin(), with.events.end(),
+                                [](const TraceEvent& e) { return e.saved_extra_bytes > 0; });
+  EXPECT_TRUE(some) << "the LayerNorms save their statistics as extras";
+  EXPECT_THAT(rejection(edited([](nlohmann::json& j) {
+                nlohmann::json& args = j["traceEvents"][first_entry(j, "X", "forward")]["args"];
+                args["saved_extra_bytes"] = args["saved_bytes"].get<std::uint64_t>() + 1;
+              })),
+              AllOf(HasSubstr("field 'args.saved_extra_bytes'"),
+                    HasSubstr("expected at most args.saved_bytes")));
+}
+
 TEST(TraceReader, RejectsAFileThatCannotBeOpened) {
   EXPECT_THROW(read_trace(trace_testing::temp_path("no_such_trace.json")), Error);
 }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/trace_writer.h"
+#include "parallel/memory_model.h"
 #include "tests/io/trace_testing.h"
 
 namespace shardscope {
@@ -125,6 +126,40 @@ TEST(Trace, OpAndNodeSlicesCarryStepShapesAndBytes) {
     }
     EXPECT_GT(saved, 0u);
     EXPECT_EQ(saved, released) << "backward releases what forward saved";
+  }
+}
+
+// Forward slices split LayerNorm's mean and rstd out of their saved bytes, and count a tensor as
+// the ledger does (once, under its first saver): per site they are the ledger's measurement.
+TEST(Trace, SavedBytesMatchTheLedgerSiteBySiteWithExtrasApart) {
+  const LayerConfig& c = RecordedTrace::get().spec.layer;
+  const ActivationModel model = activation_model(c, false);
+  for (int rank : {0, 1}) {
+    std::vector<SavedAt> sites;
+    std::uint64_t extras = 0;
+    for (const TraceEvent* e : of_kind(rank, TraceEventKind::op)) {
+      if (e->step != 0 || e->phase != Phase::forward || e->layer != c.layer) continue;
+      ASSERT_LE(e->saved_extra_bytes, e->saved_bytes) << e->scope << "/" << e->op;
+      if (e->saved_extra_bytes > 0) {
+        EXPECT_EQ(e->op, "layernorm") << e->scope << ": only LayerNorm saves extras";
+      }
+      extras += e->saved_extra_bytes;
+      sites.push_back(
+          {e->scope, e->op, static_cast<double>(e->saved_bytes - e->saved_extra_bytes)});
+    }
+    const RankMemory& ledger = RecordedTrace::get().runs[static_cast<std::size_t>(rank)].memory;
+    EXPECT_EQ(static_cast<double>(extras), ledger.extras_bytes) << "rank " << rank;
+    EXPECT_EQ(static_cast<double>(extras), model.extras_bytes) << "rank " << rank;
+    const std::vector<MeasuredTerm> measured = measure_sites(model, sites);
+    ASSERT_EQ(measured.size(), model.terms.size()) << "a saving site the model lacks";
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+      EXPECT_EQ(measured[i].measured_bytes, measured[i].model_bytes)
+          << "rank " << rank << ": " << measured[i].what;
+      if (i < ledger.terms.size()) {
+        EXPECT_EQ(measured[i].measured_bytes, ledger.terms[i].measured_bytes)
+            << "rank " << rank << ": " << measured[i].what;
+      }
+    }
   }
 }
 

@@ -28,8 +28,9 @@ inline TraceFile record_run(const std::string& mode, int degree, int steps = 1,
   o.spec.layer.heads = heads;
   o.spec.steps = steps;
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  o.trace_path = ::testing::TempDir() + "viz_" + info->test_suite_name() + "_" + info->name() +
-                 "_" + mode + ".json";
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name() + "_" + mode;
+  for (char& c : name) c = c == '/' ? '_' : c;  // parameterised tests are "Suite/Name/0"
+  o.trace_path = ::testing::TempDir() + "viz_" + name + ".json";
   std::ostringstream out;
   run_layer(o, out);
   TraceFile t = read_trace(o.trace_path);

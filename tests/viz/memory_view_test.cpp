@@ -1,0 +1,152 @@
+// The memory panel on recorded runs: at the end of step 0's forward the saved activations read
+// from the trace equal the paper's formula exactly, term by term, in every mode; mid-forward the
+// later terms are still short; the charts lie inside the panel with one column per pixel at most
+// and mark each rank's peak.
+#include <gtest/gtest.h>
+
+#include "tests/viz/viz_testing.h"
+#include "viz/model/synthetic.h"
+#include "viz/model/view_model.h"
+
+namespace shardscope::viz {
+namespace {
+
+constexpr PanelSize kPanel{900, 420};
+
+std::size_t rank_index(const TraceFile& t, int rank) {
+  return static_cast<std::size_t>(std::find(t.meta.ranks.begin(), t.meta.ranks.end(), rank) -
+                                  t.meta.ranks.begin());
+}
+
+// Each rank's events before its first event for which stop(event) holds.
+template <class Stop>
+Snapshot snapshot_before(const TraceFile& t, Stop stop) {
+  std::vector<std::size_t> visible(t.meta.ranks.size(), 0);
+  std::vector<bool> stopped(t.meta.ranks.size(), false);
+  for (const TraceEvent& e : t.events) {
+    const std::size_t r = rank_index(t, e.rank);
+    stopped[r] = stopped[r] || stop(e);
+    if (!stopped[r]) ++visible[r];
+  }
+  return snapshot_of_trace(t, config_of_trace(t), t.meta.config.value("keep_gathered_input", false),
+                           visible);
+}
+
+Snapshot end_of_first_forward(const TraceFile& t) {
+  return snapshot_before(t, [](const TraceEvent& e) {
+    return e.kind == TraceEventKind::op && e.phase == Phase::backward;
+  });
+}
+
+// Every mode at degree 2 and 4 (single on one device); record_run names its file after the
+// test, so the cases run in one test rather than as parameters (whose names hold a '/').
+TEST(MemoryView, SavedActivationsAtTheEndOfTheForwardEqualTheFormulaInEveryMode) {
+  const std::pair<const char*, int> cases[] = {{"single", 1}, {"tp", 2},    {"tp", 4},
+                                               {"tp-sp", 2},  {"tp-sp", 4}, {"ulysses", 2},
+                                               {"ulysses", 4}};
+  for (const auto& [mode, degree] : cases) {
+    SCOPED_TRACE(std::string(mode) + " at degree " + std::to_string(degree));
+    const TraceFile t = testing::record_run(mode, degree);
+    const Snapshot s = end_of_first_forward(t);
+    ASSERT_GT(s.config.dropout, 0) << "the masks are part of the formula tested";
+    const ActivationModel model = activation_model(s.config, s.keep_gathered_input);
+    for (int rank : t.meta.ranks) {
+      const MemoryView v = memory_view(s, rank, kPanel);
+      EXPECT_EQ(v.formula_total, model.total_bytes);
+      EXPECT_EQ(v.formula, model.formula);
+      EXPECT_EQ(v.saved_total, v.formula_total) << "rank " << rank;
+      ASSERT_EQ(v.saved.size(), model.terms.size()) << "a saving op the formula lacks";
+      for (const SavedTermRow& row : v.saved) {
+        EXPECT_EQ(row.measured_bytes, row.model_bytes)
+            << "rank " << rank << ": " << row.what << " (" << row.saved_by << ")";
+        EXPECT_TRUE(row.complete) << row.what;
+      }
+    }
+  }
+}
+
+TEST(MemoryView, MidForwardTheMlpTermsAreStillShort) {
+  const TraceFile t = testing::record_run("tp-sp", 4);
+  const Snapshot s = snapshot_before(
+      t, [](const TraceEvent& e) { return e.kind == TraceEventKind::op && e.scope == "mlp.fc1"; });
+  const MemoryView v = memory_view(s, 1, kPanel);
+  EXPECT_LT(v.saved_total, v.formula_total);
+  bool in_mlp = false;
+  for (const SavedTermRow& row : v.saved) {
+    in_mlp = in_mlp || row.saved_by.rfind("mlp.", 0) == 0;
+    if (in_mlp) {
+      EXPECT_LT(row.measured_bytes, row.model_bytes) << row.what;
+      EXPECT_FALSE(row.complete) << row.what;
+    } else {
+      EXPECT_EQ(row.measured_bytes, row.model_bytes) << row.what << ": attention is done";
+    }
+  }
+  EXPECT_TRUE(in_mlp);
+}
+
+bool inside(const Rect& inner, const Rect& outer) {
+  const float eps = 1e-3f;
+  return inner.x0 >= outer.x0 - eps && inner.x1 <= outer.x1 + eps && inner.y0 >= outer.y0 - eps &&
+         inner.y1 <= outer.y1 + eps && inner.x0 <= inner.x1 && inner.y0 <= inner.y1;
+}
+
+TEST(MemoryView, ChartsLieInsideThePanelAndMarkEachRanksPeak) {
+  const TraceFile t = testing::record_run("tp", 4);
+  const Snapshot s = testing::snapshot_at(t);
+  const MemoryView v = memory_view(s, 0, kPanel);
+  ASSERT_EQ(v.charts.size(), 4u);
+  const Rect panel{0, 0, kPanel.width, kPanel.height};
+  for (const MemoryChart& c : v.charts) {
+    EXPECT_TRUE(inside(c.frame, panel));
+    ASSERT_FALSE(c.segments.empty()) << "rank " << c.rank;
+    EXPECT_LE(c.segments.size(), static_cast<std::size_t>(kMemoryCategoryCount * c.frame.width()));
+    for (const auto& [rect, color] : c.segments) EXPECT_TRUE(inside(rect, c.frame));
+    for (const Label& l : c.labels) {
+      EXPECT_GE(l.x, 0);
+      EXPECT_LE(l.y + theme::kLabelHeight, kPanel.height);
+    }
+    double highest = 0;
+    for (const TraceEvent& e : s.events) {
+      if (e.kind != TraceEventKind::memory || e.rank != c.rank) continue;
+      double total = 0;
+      for (std::uint64_t b : e.memory) total += static_cast<double>(b);
+      highest = std::max(highest, total);
+    }
+    EXPECT_EQ(c.peak_bytes, highest) << "rank " << c.rank;
+    EXPECT_GT(c.peak_bytes, 0);
+    ASSERT_EQ(c.peaks.size(), 2u);
+    EXPECT_EQ(c.peaks[0].color, theme::kPeak);
+    bool labelled = false;
+    for (const Label& l : c.labels)
+      labelled = labelled || l.text == "peak " + byte_size_text(highest);
+    EXPECT_TRUE(labelled) << "rank " << c.rank;
+  }
+  // The highest column reaches the peak line: segments of one column stack up to it.
+  const MemoryChart& c = v.charts[0];
+  float top = c.frame.y1;
+  for (const auto& [rect, color] : c.segments) top = std::min(top, rect.y0);
+  EXPECT_NEAR(top, c.peaks[0].y0, 0.01f);
+  ASSERT_EQ(v.legend.size(), static_cast<std::size_t>(kMemoryCategoryCount));
+  for (int k = 0; k < kMemoryCategoryCount; ++k) {
+    const auto category = static_cast<MemoryCategory>(k);
+    EXPECT_EQ(v.legend[static_cast<std::size_t>(k)].text, memory_category_name(category));
+    EXPECT_EQ(v.legend[static_cast<std::size_t>(k)].color, theme::memory_color(category));
+  }
+}
+
+TEST(MemoryView, ASyntheticTraceFoldsToAtMostOneColumnPerPixel) {
+  const TraceFile t = synthetic_trace(8, 100000, 3);
+  const Snapshot s = testing::snapshot_at(t);
+  const PanelSize panel{1000, 600};
+  const MemoryView v = memory_view(s, 0, panel);
+  ASSERT_EQ(v.charts.size(), 8u);
+  for (const MemoryChart& c : v.charts) {
+    EXPECT_TRUE(inside(c.frame, Rect{0, 0, panel.width, panel.height}));
+    EXPECT_LE(c.segments.size(), static_cast<std::size_t>(kMemoryCategoryCount * c.frame.width()));
+    for (const auto& [rect, color] : c.segments) EXPECT_TRUE(inside(rect, c.frame));
+    EXPECT_GT(c.peak_bytes, 0);
+  }
+}
+
+}  // namespace
+}  // namespace shardscope::viz
