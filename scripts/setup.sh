@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev clang-format
   libopenmpi-dev openmpi-bin
+  libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
 )
 
 missing=()

@@ -156,6 +156,20 @@ TEST(ShardView, EverythingLiesInsideThePanelAtAnySize) {
                 << mode << " " << t.name << " label " << l.text;
           }
         }
+        // Labels never run into another tensor's column: each ends before any frame to its
+        // right on the same rows begins.
+        for (const LogicalTensorView& a : v.tensors) {
+          for (const Label& l : a.labels) {
+            const float end = l.x + theme::kApproxCharWidth * static_cast<float>(l.text.size());
+            for (const LogicalTensorView& b : v.tensors) {
+              if (&a == &b || b.frame.x0 < a.frame.x1) continue;
+              const bool same_rows =
+                  l.y < b.frame.y1 && l.y + theme::kLabelHeight > b.frame.y0 - theme::kLabelHeight;
+              EXPECT_FALSE(same_rows && end > b.frame.x0 + 0.5f)
+                  << mode << " " << v.title << ": '" << l.text << "' runs into " << b.name;
+            }
+          }
+        }
         for (std::size_t i = 0; i < v.tensors.size(); ++i) {  // frames never overlap
           for (std::size_t j = i + 1; j < v.tensors.size(); ++j) {
             const Rect& a = v.tensors[i].frame;

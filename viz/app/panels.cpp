@@ -144,6 +144,18 @@ bool VizUi::begin_panel(const char* name, const Rect& r) {
   return ImGui::Begin(name, nullptr, flags);
 }
 
+template <class View, class Build>
+const View& VizUi::cached(Cached<View>& cache, const std::string& selection, PanelSize size,
+                          Build build) {
+  const std::string key = std::to_string(version_) + "|" + std::to_string(size.width) + "x" +
+                          std::to_string(size.height) + "|" + selection;
+  if (key != cache.key) {
+    cache.view = build(size);
+    cache.key = key;
+  }
+  return cache.view;
+}
+
 void VizUi::refresh() {
   const std::uint64_t v = source_.version();
   if (v == version_) return;
@@ -243,7 +255,9 @@ void VizUi::controls(const Rect& r) {
 
 void VizUi::shard_layout(const Rect& r) {
   if (begin_panel("Shard layout", r)) {
-    const ShardView v = shard_view(snapshot_, state_.rank, size_below_a_line());
+    const ShardView& v =
+        cached(shard_cache_, std::to_string(state_.rank), size_below_a_line(),
+               [&](PanelSize size) { return shard_view(snapshot_, state_.rank, size); });
     ImGui::TextUnformatted(v.title.c_str());
     Canvas c = begin_canvas();
     for (const LogicalTensorView& t : v.tensors) {
@@ -307,8 +321,11 @@ void VizUi::tensor_inspector(const Rect& r) {
         std::snprintf(label, sizeof label, "r%d", k);
         ImGui::RadioButton(label, &state_.tensor_rank, k);
       }
-      const std::optional<HeatMap> h =
-          heat_map(snapshot_, state_.tensor, state_.tensor_rank, size_below_a_line());
+      const std::optional<HeatMap>& h =
+          cached(heat_cache_, state_.tensor + "@" + std::to_string(state_.tensor_rank),
+                 size_below_a_line(), [&](PanelSize size) {
+                   return heat_map(snapshot_, state_.tensor, state_.tensor_rank, size);
+                 });
       ImGui::TextUnformatted(h ? h->title.c_str() : "");
       Canvas c = begin_canvas();
       if (h) {
@@ -336,7 +353,9 @@ void VizUi::collectives(const Rect& r) {
     Canvas c = begin_canvas();
     TimelineViewport viewport;
     viewport.selected = state_.collective;
-    const TimelineView v = timeline_view(snapshot_, viewport, c.size);
+    const TimelineView& v =
+        cached(timeline_cache_, state_.collective ? std::to_string(*state_.collective) : "-",
+               c.size, [&](PanelSize size) { return timeline_view(snapshot_, viewport, size); });
     for (const Rect& lane : v.lanes) fill(c, lane, theme::kPanelBackground);
     for (const Label& l : v.lane_labels) text(c, l);
     for (const TimelineBox& b : v.boxes) {
@@ -398,7 +417,9 @@ void VizUi::memory(const Rect& r) {
     const float table_width = std::floor(r.width() * 0.5f);
     ImGui::BeginChild("charts", ImVec2(r.width() - table_width - 24, 0));
     Canvas c = begin_canvas();
-    const MemoryView v = memory_view(snapshot_, state_.rank, c.size);
+    const MemoryView& v =
+        cached(memory_cache_, std::to_string(state_.rank), c.size,
+               [&](PanelSize size) { return memory_view(snapshot_, state_.rank, size); });
     for (const MemoryChart& chart : v.charts) {
       fill(c, chart.frame, theme::kPanelBackground);
       for (const auto& [rect, color] : chart.segments) fill(c, rect, color);
@@ -444,7 +465,8 @@ void VizUi::memory(const Rect& r) {
 
 void VizUi::check(const Rect& r) {
   if (begin_panel("Check", r)) {
-    const CheckView v = check_view(snapshot_);
+    const CheckView& v =
+        cached(check_cache_, "", {}, [&](PanelSize) { return check_view(snapshot_); });
     ImGui::TextWrapped("%s", v.summary.c_str());
     const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                   ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;

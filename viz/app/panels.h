@@ -46,6 +46,14 @@ class VizUi {
   const std::vector<PanelRegion>& regions() const { return regions_; }
   const Snapshot& snapshot() const { return snapshot_; }
   UiState& state() { return state_; }
+  // Drops every cached view (not the snapshot), so the next frame rebuilds them all (benchmarks).
+  void invalidate() {
+    shard_cache_.key.clear();
+    heat_cache_.key.clear();
+    timeline_cache_.key.clear();
+    memory_cache_.key.clear();
+    check_cache_.key.clear();
+  }
 
  private:
   void refresh();
@@ -57,6 +65,23 @@ class VizUi {
   void check(const Rect& r);
   // Opens a fixed panel window at r; false when it is collapsed (nothing to draw).
   bool begin_panel(const char* name, const Rect& r);
+
+  // A view kept until the snapshot, the canvas size or the selection it was built for changes,
+  // so an idle frame of a 100k-event trace rebuilds nothing.
+  template <class View>
+  struct Cached {
+    std::string key;
+    View view;
+  };
+  template <class View, class Build>
+  const View& cached(Cached<View>& cache, const std::string& selection, PanelSize size,
+                     Build build);
+
+  Cached<ShardView> shard_cache_;
+  Cached<std::optional<HeatMap>> heat_cache_;
+  Cached<TimelineView> timeline_cache_;
+  Cached<MemoryView> memory_cache_;
+  Cached<CheckView> check_cache_;
 
   Source& source_;
   Snapshot snapshot_;

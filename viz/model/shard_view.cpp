@@ -93,6 +93,14 @@ Rect piece_rect(const Rect& frame, const ModuleTensor& m, const Projection& p, i
   return rect;
 }
 
+// `text` cut to what fits in `width` pixels (ending in ".." when cut), so a label never runs
+// into the next column's.
+std::string fit(const std::string& text, float width) {
+  const auto chars = static_cast<std::size_t>(std::max(0.0f, width / theme::kApproxCharWidth));
+  if (text.size() <= chars) return text;
+  return chars <= 2 ? std::string() : text.substr(0, chars - 2) + "..";
+}
+
 // One tensor drawn in `cell`; false when the cell is too small for a frame.
 bool draw_tensor(const ModuleTensor& m, const Rect& cell, int rank, int t, DType dtype,
                  LogicalTensorView& out) {
@@ -117,14 +125,16 @@ bool draw_tensor(const ModuleTensor& m, const Rect& cell, int rank, int t, DType
     fw = std::min(aw, fh / aspect);
   }
   out.frame = {ax0, ay0, ax0 + fw, ay0 + fh};
-  out.labels.push_back({cell.x0, cell.y0,
-                        m.name + "  " + m.role + "  " + m.placement.str() + " of " + m.global.str(),
-                        m.weight ? theme::kTextDim : theme::kText});
+  out.labels.push_back(
+      {cell.x0, cell.y0,
+       fit(m.name + "  " + m.role + "  " + m.placement.str() + " of " + m.global.str(),
+           cell.width()),
+       m.weight ? theme::kTextDim : theme::kText});
   if (!row_text.empty()) {
     out.labels.push_back(
         {cell.x0, ay0 + std::max(0.0f, fh - theme::kLabelHeight) / 2, row_text, theme::kTextDim});
   }
-  out.labels.push_back({ax0, ay0 + fh + 1.0f, col_text, theme::kTextDim});
+  out.labels.push_back({ax0, ay0 + fh + 1.0f, fit(col_text, cell.x1 - ax0), theme::kTextDim});
   for (int r = 0; r < t; ++r) {
     ShardPiece piece;
     piece.rank = r;
