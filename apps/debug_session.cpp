@@ -75,17 +75,13 @@ void Session::where() const {
 }
 
 void Session::add_break(std::istringstream& args) {
-  std::string what, value;
-  args >> what >> value;
+  std::string rest;
+  std::getline(args, rest);
   Breakpoint b;
-  if (what == "layer" && !value.empty()) {
-    b.layer = std::stoi(value);
-  } else if (what == "phase" && (value == "forward" || value == "backward")) {
-    b.phase = value == "forward" ? Phase::forward : Phase::backward;
-  } else if (!what.empty() && value.empty()) {
-    b.op = what;
-  } else {
-    out_ << "break needs <op>, layer <N> or phase forward|backward\n";
+  try {
+    b = Breakpoint::parse(rest);
+  } catch (const ArgumentError& e) {
+    out_ << e.what() << "\n";
     return;
   }
   const int id = live_.add_breakpoint(b);

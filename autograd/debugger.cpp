@@ -4,6 +4,7 @@
 #include "autograd/debugger.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "autograd/errors.h"
 
@@ -30,6 +31,37 @@ void Breakpoint::validate() const {
     throw ArgumentError("breakpoint layer " + std::to_string(*layer) +
                         ": expected a layer index >= 0, or -1 for ops outside any layer");
   }
+}
+
+Breakpoint Breakpoint::parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string what, value, extra;
+  in >> what >> value >> extra;
+  Breakpoint b;
+  bool ok = extra.empty();
+  if (ok && what == "layer") {  // "layer" and "phase" are keywords, never op names
+    std::size_t used = 0;
+    try {
+      b.layer = std::stoi(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ok = !value.empty() && used == value.size();
+  } else if (ok && what == "phase") {
+    ok = value == "forward" || value == "backward";
+    b.phase = value == "forward" ? Phase::forward : Phase::backward;
+  } else if (ok && !what.empty() && value.empty()) {
+    b.op = what;
+  } else {
+    ok = false;
+  }
+  if (!ok) {
+    throw ArgumentError("breakpoint '" + text +
+                        "': expected <op> (gelu, attn.qkv/matmul, mlp.fc1/), layer <N> or phase "
+                        "forward|backward");
+  }
+  b.validate();
+  return b;
 }
 
 bool Breakpoint::matches(const Site& site) const {

@@ -38,6 +38,10 @@ struct Breakpoint {
 
   // Throws ArgumentError for a name with more than one '/' or a layer below -1.
   void validate() const;
+  // The text form every front end takes: "<op>" ("gelu", "attn.qkv/matmul", "mlp.fc1/"),
+  // "layer <N>" or "phase forward|backward". Validated; ArgumentError names the text and the
+  // accepted forms.
+  static Breakpoint parse(const std::string& text);
   bool matches(const Site& site) const;
   // "gelu backward layer 0", "attn.qkv/matmul", "any op"
   std::string str() const;

@@ -414,3 +414,25 @@ TEST(Breakpoint, AddRemoveClearAndValidate) {
 
 }  // namespace
 }  // namespace shardscope
+
+namespace shardscope {
+namespace {
+
+TEST(Breakpoint, ParsesTheTextFormsEveryFrontEndTakes) {
+  EXPECT_EQ(Breakpoint::parse("gelu").op, "gelu");
+  EXPECT_EQ(Breakpoint::parse("attn.qkv/matmul").op, "attn.qkv/matmul");
+  EXPECT_EQ(Breakpoint::parse("layer 3").layer, 3);
+  EXPECT_EQ(Breakpoint::parse("  phase backward ").phase, Phase::backward);
+  for (const char* bad :
+       {"", "layer", "layer x", "layer 2x", "phase sideways", "gelu now", "a/b/c", "layer -2"}) {
+    try {
+      Breakpoint::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("breakpoint"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardscope

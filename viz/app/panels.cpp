@@ -109,27 +109,6 @@ std::string bytes_text(double bytes) {
   return buf;
 }
 
-// Parses the breakpoint box: "op", "scope/op", "layer N", "phase forward|backward".
-Breakpoint parse_breakpoint(const std::string& text) {
-  const std::size_t space = text.find(' ');
-  const std::string what = text.substr(0, space);
-  const std::string value = space == std::string::npos ? "" : text.substr(space + 1);
-  Breakpoint b;
-  if (what == "layer" && !value.empty()) {
-    b.layer = std::stoi(value);
-  } else if (what == "phase" && (value == "forward" || value == "backward")) {
-    b.phase = value == "forward" ? Phase::forward : Phase::backward;
-  } else if (!what.empty() && value.empty()) {
-    b.op = what;
-  } else {
-    throw ArgumentError(
-        "a breakpoint is <op>, <scope>/<op>, layer <N> or phase forward|backward;"
-        " given '" +
-        text + "'");
-  }
-  return b;
-}
-
 }  // namespace
 
 // ---- layout ------------------------------------------------------------------------------------
@@ -218,7 +197,7 @@ void VizUi::controls(const Rect& r) {
     ImGui::SameLine();
     if (ImGui::Button("Break") && state_.breakpoint[0]) {
       try {
-        source_.add_breakpoint(parse_breakpoint(state_.breakpoint));
+        source_.add_breakpoint(Breakpoint::parse(state_.breakpoint));
         state_.message = std::string("breakpoint: ") + state_.breakpoint;
         state_.breakpoint[0] = 0;
       } catch (const std::exception& e) {

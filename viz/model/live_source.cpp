@@ -18,22 +18,6 @@ std::vector<std::string> shape_strings(const std::vector<Shape>& shapes) {
   return out;
 }
 
-RankStatus::State state_of(LiveSession::RankState s) {
-  switch (s) {
-    case LiveSession::RankState::not_started:
-      return RankStatus::State::not_started;
-    case LiveSession::RankState::running:
-      return RankStatus::State::running;
-    case LiveSession::RankState::paused:
-      return RankStatus::State::paused;
-    case LiveSession::RankState::in_collective:
-      return RankStatus::State::in_collective;
-    case LiveSession::RankState::finished:
-      return RankStatus::State::finished;
-  }
-  return RankStatus::State::running;
-}
-
 TraceOptions trace_options(const RunOptions& o) {
   TraceOptions t;
   t.config = layer_config_json(o.spec.layer);
@@ -223,7 +207,7 @@ Snapshot LiveSource::snapshot() {
   for (int r = 0; r < s.ranks; ++r) {
     RankStatus st;
     st.rank = r;
-    st.state = state_of(session_.state(r));
+    st.state = session_.state(r);
     if (const std::optional<Stop> stop = session_.stop(r)) {
       st.op = stop->op;
       st.scope = stop->scope;

@@ -33,8 +33,7 @@ void wait(Source& source, const std::string& command, std::chrono::milliseconds 
 
 }  // namespace
 
-void run_script_command(Source& source, const std::string& text,
-                        std::chrono::milliseconds limit) {
+void run_script_command(Source& source, const std::string& text, std::chrono::milliseconds limit) {
   const std::size_t first = text.find_first_not_of(" \t\r");
   const std::size_t last = text.find_last_not_of(" \t\r");
   const std::string command =
@@ -64,20 +63,14 @@ void run_script_command(Source& source, const std::string& text,
   } else if (verb == "clear") {
     source.clear_breakpoints();
   } else if (verb == "break") {
-    std::string what, value;
-    args >> what >> value;
-    Breakpoint b;
-    if (what == "layer" && !value.empty()) {
-      b.layer = std::stoi(value);
-    } else if (what == "phase" && (value == "forward" || value == "backward")) {
-      b.phase = value == "forward" ? Phase::forward : Phase::backward;
-    } else if (!what.empty() && value.empty()) {
-      b.op = what;
-    } else {
-      throw ArgumentError("script command '" + command +
-                          "': break takes <op>, layer <N> or phase forward|backward");
+    std::string rest;
+    std::getline(args, rest);
+    try {
+      source.add_breakpoint(Breakpoint::parse(rest));
+    } catch (const ArgumentError& e) {
+      throw ArgumentError("script command '" + command + "': " + e.what());
     }
-    source.add_breakpoint(b);
+    return;
   } else {
     throw ArgumentError("unknown script command '" + command + "'; the commands are " + kForms);
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/live_session.h"
 #include "autograd/observer.h"
 #include "autograd/shape.h"
 #include "io/trace_event.h"
@@ -20,7 +21,7 @@ namespace shardscope::viz {
 // One rank as the controls show it.
 struct RankStatus {
   int rank = 0;
-  enum class State : std::uint8_t { not_started, running, paused, in_collective, finished };
+  using State = LiveSession::RankState;  // a replayed rank takes the same states
   State state = State::not_started;
   std::string where;  // "paused before attn.qkv/gather_matmul forward (step 0)", "waits in ..."
   // The op the rank is at (paused before it, or, in replay, the last one begun): empty when none.
@@ -31,7 +32,9 @@ struct RankStatus {
   std::vector<std::string> inputs;  // its input shapes, "[4, 2, 32]" (as in TraceEvent)
   std::string placement;            // a parallel op's "Shard(0) -> Shard(2)", else empty
 };
-const char* rank_state_name(RankStatus::State s);  // "not started", "running", ...
+inline const char* rank_state_name(RankStatus::State s) {  // "not started", "running", ...
+  return live_rank_state_name(s);
+}
 
 // A named tensor of the run with each rank's local values (live runs only; a trace has none).
 struct TensorValues {
