@@ -1,6 +1,7 @@
 // Every rank of a threads run under its own Debugger, driven together.
 #include "apps/live_session.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace shardscope {
@@ -28,7 +29,11 @@ class LiveSession::Inspector final : public RunInspector {
   void tensor(int rank, const std::string& name, const ParallelTensor& t) override {
     RankSlot& s = slot(rank);
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.tensors[name] = t;
+    if (t.local.defined()) {
+      s.tensors[name] = t;
+    } else {
+      s.tensors.erase(name);
+    }
   }
   void check(int rank, const CheckResult& result) override {
     RankSlot& s = slot(rank);
@@ -82,6 +87,7 @@ LiveSession::~LiveSession() {
 }
 
 void LiveSession::start() {
+  start_clock();
   runner_ = std::thread([this] {
     SpmdOptions spmd;
     spmd.timeout = std::chrono::hours(24);  // a paused peer is not a dead one
@@ -96,32 +102,66 @@ void LiveSession::start() {
         if (observer_) attach_observer.emplace(env.ctx, *observer_);
         ObserverGuard attach(env.ctx, slot.debugger);
         DebugRunGuard run(slot.debugger);
-        run_layer_rank(env, options_.spec, inspector_.get());
+        try {
+          run_layer_rank(env, options_.spec, inspector_.get());
+        } catch (const DebugCancelled&) {
+          throw;
+        } catch (const std::exception& e) {
+          // Shown at once, while the other ranks may still sit paused.
+          std::lock_guard<std::mutex> lock(error_mutex_);
+          if (error_.empty()) error_ = "rank " + std::to_string(env.rank) + ": " + e.what();
+          throw;
+        }
       });
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex_);
-      error_ = e.what();
+      if (error_.empty()) error_ = e.what();
     }
   });
 }
 
+void LiveSession::start_clock() {
+  std::lock_guard<std::mutex> lock(clock_mutex_);
+  if (clock_running_) return;
+  clock_running_ = true;
+  clock_since_ = std::chrono::steady_clock::now();
+}
+
+void LiveSession::stop_clock() const {
+  std::lock_guard<std::mutex> lock(clock_mutex_);
+  if (!clock_running_) return;
+  clock_running_ = false;
+  clock_total_ += std::chrono::steady_clock::now() - clock_since_;
+}
+
+std::chrono::steady_clock::time_point LiveSession::active_now() const {
+  std::lock_guard<std::mutex> lock(clock_mutex_);
+  auto t = clock_total_;
+  if (clock_running_) t += std::chrono::steady_clock::now() - clock_since_;
+  return std::chrono::steady_clock::time_point(t);
+}
+
 void LiveSession::step() {
+  start_clock();
   for (auto& s : slots_) {
     if (s->debugger.paused()) s->debugger.step();
   }
 }
 
 void LiveSession::next_collective() {
+  start_clock();
   for (auto& s : slots_) s->debugger.run_to_next_collective();
 }
 
 void LiveSession::step_layer() {
+  start_clock();
   for (auto& s : slots_) {
     if (s->debugger.paused()) s->debugger.step_layer();
   }
 }
 
 void LiveSession::resume() {
+  start_clock();
   for (auto& s : slots_) s->debugger.resume();
 }
 
@@ -153,18 +193,40 @@ std::optional<Stop> LiveSession::stop(int rank) const {
   return slots_.at(static_cast<std::size_t>(rank))->debugger.current_stop();
 }
 
+std::optional<Stop> LiveSession::last_stop(int rank) const {
+  return slots_.at(static_cast<std::size_t>(rank))->debugger.last_stop();
+}
+
 std::optional<std::string> LiveSession::waiting_in(int rank) const {
   return slots_.at(static_cast<std::size_t>(rank))->debugger.waiting_in();
 }
 
 bool LiveSession::settled() const {
-  bool any_paused_or_done = false;
+  struct Seen {
+    RankState state;
+    std::uint64_t entered;        // collectives entered
+    bool at_collective_entrance;  // paused by run_to_next_collective, inside on_collective_begin
+  };
+  std::vector<Seen> seen;
   for (int r = 0; r < ranks(); ++r) {
-    const RankState st = state(r);
-    if (st == RankState::running || st == RankState::not_started) return false;
-    any_paused_or_done = any_paused_or_done || st != RankState::in_collective;
+    const Debugger& d = slots_[static_cast<std::size_t>(r)]->debugger;
+    const std::optional<Stop> stop = d.current_stop();
+    seen.push_back(
+        {state(r), d.collectives_entered(), stop && stop->reason == StopReason::collective});
   }
-  return any_paused_or_done;  // all in a collective at once is a collective in progress
+  for (const Seen& s : seen) {
+    if (s.state == RankState::running || s.state == RankState::not_started) return false;
+    if (s.state != RankState::in_collective) continue;
+    // A rank in a collective is settled only while a paused rank holds that collective up; a
+    // rank that has left it but not yet told its debugger is still moving.
+    const bool held = std::any_of(seen.begin(), seen.end(), [&](const Seen& p) {
+      return p.state == RankState::paused &&
+             (p.entered < s.entered || (p.entered == s.entered && p.at_collective_entrance));
+    });
+    if (!held) return false;
+  }
+  stop_clock();
+  return true;
 }
 
 bool LiveSession::wait_settled(std::chrono::milliseconds limit) {

@@ -49,8 +49,9 @@ class LiveSession {
   int add_breakpoint(const Breakpoint& breakpoint);
   void clear_breakpoints();
 
-  // Every rank paused or finished, or every unfinished rank in a collective while one is paused
-  // (the others wait for it).
+  // Every rank paused or finished, or inside a collective that a paused rank holds up (one that
+  // has not entered it yet, or is stopped at its entrance). Seeing it settled stops the active
+  // clock.
   bool settled() const;
   // Polls settled() until it holds twice in a row; false when `limit` passed first.
   bool wait_settled(std::chrono::milliseconds limit);
@@ -58,6 +59,7 @@ class LiveSession {
 
   RankState state(int rank) const;
   std::optional<Stop> stop(int rank) const;
+  std::optional<Stop> last_stop(int rank) const;  // kept after the rank moved on or finished
   std::optional<std::string> waiting_in(int rank) const;
 
   // Calls `fn` with rank's named tensors ("input", "output", parameters; a parameter's gradient
@@ -70,6 +72,11 @@ class LiveSession {
   // and after it ended) under the rank's lock.
   void with_accounting(int rank,
                        const std::function<void(const MemoryLedger*, const CommLog*)>& fn) const;
+
+  // A clock that runs only while a command has ranks moving: started by every command (and the
+  // start), stopped when settled() sees the ranks settled, so time spent looking at a paused run
+  // is not on the timeline (the visualizer's trace uses it; see TraceOptions::clock).
+  std::chrono::steady_clock::time_point active_now() const;
 
   // The group's reference check of step 0 (every tensor against the single-device layer), once
   // the ranks have run it; nullopt before, and for runs without a check.
@@ -87,8 +94,15 @@ class LiveSession {
   struct RankSlot;
   class Inspector;
 
+  void start_clock();
+  void stop_clock() const;
+
   RunOptions options_;
   Observer* observer_;
+  mutable std::mutex clock_mutex_;
+  mutable bool clock_running_ = false;
+  mutable std::chrono::steady_clock::time_point clock_since_;
+  mutable std::chrono::steady_clock::duration clock_total_{};
   std::vector<std::unique_ptr<RankSlot>> slots_;
   std::unique_ptr<Inspector> inspector_;
   std::thread runner_;

@@ -1,6 +1,9 @@
 // The flags of `shardscope run`.
 #include "apps/run_flags.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "autograd/errors.h"
 
 namespace shardscope {
@@ -44,6 +47,16 @@ DType parse_dtype(const std::string& name) {
   if (name == "f32") return DType::f32;
   if (name == "f64") return DType::f64;
   throw ArgumentError("--dtype " + name + " is not supported: expected f32 or f64");
+}
+
+bool RunFlags::is_run_flag(const std::string& name) {
+  static const char* const kNames[] = {
+      "--mode",       "--comm",   "--no-check", "--keep-gathered-input",
+      "--timeout-ms", "--degree", "--seq",      "--batch",
+      "--hidden",     "--heads",  "--dropout",  "--steps",
+      "--lr",         "--seed",   "--dtype",    "--report",
+      "--dump",       "--load"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
 RunOptions RunFlags::resolve(bool timeout_set) const {

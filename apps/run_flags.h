@@ -21,6 +21,8 @@ struct RunFlags {
   // The options the flags give. Throws ArgumentError naming the flag and the rule; `timeout_set`
   // says whether --timeout-ms was given (it applies to threads only).
   RunOptions resolve(bool timeout_set) const;
+  // Whether `name` ("--mode") is one of the flags add_to adds.
+  static bool is_run_flag(const std::string& name);
 };
 
 DType parse_dtype(const std::string& name);  // "f32" or "f64", else ArgumentError

@@ -193,6 +193,7 @@ void Debugger::step_layer() {
 void Debugger::resume() {
   std::lock_guard<std::mutex> lock(mutex_);
   stop_outside_.reset();
+  stop_at_collective_ = false;
   stop_at_next_op_ = false;
   pause_requested_ = false;
   first_op_pending_ = false;
@@ -221,6 +222,16 @@ std::optional<Stop> Debugger::current_stop() const {
 std::uint64_t Debugger::stop_count() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stop_count_;
+}
+
+std::optional<Stop> Debugger::last_stop() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_;
+}
+
+std::uint64_t Debugger::collectives_entered() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return collectives_entered_;
 }
 
 void Debugger::shutdown() {
@@ -305,6 +316,7 @@ void Debugger::pause_here(std::unique_lock<std::mutex>& lock, Stop stop) {
   stop_at_collective_ = false;
   ++stop_count_;
   stop.number = stop_count_;
+  last_ = stop;
   current_ = std::move(stop);
   paused_ = true;
   ++in_hook_;
@@ -330,6 +342,7 @@ void Debugger::on_op_begin(const OpEvent& event) {
 void Debugger::on_collective_begin(const CollectiveEvent& event) {
   std::unique_lock<std::mutex> lock(mutex_);
   throw_if_cancelled();
+  ++collectives_entered_;
   const std::string call = std::string(collective_name(event.kind)) + "(count " +
                            std::to_string(event.count) + ", " + dtype_name(event.dtype) + ", " +
                            std::to_string(event.group_size) + " ranks, " +

@@ -125,7 +125,11 @@ class Debugger : public Observer {
   bool paused() const;
   // The stop the rank is paused at; nullopt while it runs.
   std::optional<Stop> current_stop() const;
+  // The rank's latest stop, kept after it was released (nullopt before the first stop).
+  std::optional<Stop> last_stop() const;
   std::uint64_t stop_count() const;
+  // Collectives the rank has entered (on_collective_begin), the one it may be inside included.
+  std::uint64_t collectives_entered() const;
   // Releases a paused rank and stops it again before its next collective (or a breakpoint or
   // pause request on the way). When the rank is running, it stops before its next collective.
   void run_to_next_collective();
@@ -181,8 +185,10 @@ class Debugger : public Observer {
   bool shut_down_ = false;
   int in_hook_ = 0;  // rank threads inside on_op_begin, so the destructor can wait for them
   std::optional<Stop> current_;
+  std::optional<Stop> last_;
   std::uint64_t op_count_ = 0;
   std::uint64_t stop_count_ = 0;
+  std::uint64_t collectives_entered_ = 0;
 };
 
 // Thrown on a rank whose debug session was cancelled (quit).

@@ -31,6 +31,7 @@ struct TraceRecorder::RankState {
   std::int64_t step = 0;
   Clock::time_point last_event;
   std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
+  std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
   MemoryLedger ledger;
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
 };
@@ -53,7 +54,8 @@ double unix_micros_now() {
 }  // namespace
 
 TraceRecorder::TraceRecorder(TraceOptions options)
-    : start_(Clock::now()),
+    : now_(options.clock ? std::move(options.clock) : [] { return Clock::now(); }),
+      start_(now_()),
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
       config_(std::move(options.config)) {}
@@ -122,7 +124,7 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   OpenSlice slice;
@@ -137,7 +139,7 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
 }
 
 void TraceRecorder::on_op_end(const OpEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   auto it = std::find_if(state.open.rbegin(), state.open.rend(), [&](const OpenSlice& s) {
@@ -168,7 +170,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
 }
 
 void TraceRecorder::on_alloc(const StorageEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
@@ -177,7 +179,7 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
 }
 
 void TraceRecorder::on_free(const StorageEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_free(e);
@@ -185,7 +187,7 @@ void TraceRecorder::on_free(const StorageEvent& e) {
 }
 
 void TraceRecorder::on_recategorize(const StorageEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_recategorize(e);
@@ -206,7 +208,7 @@ TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Si
 // saver (the softmax output that probs x V saves again counts under softmax), never a parameter;
 // so a forward slice's saved bytes are the ledger's for its site, extras split out.
 void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   const std::size_t activation_before = state.ledger.live(MemoryCategory::saved_activation);
@@ -244,22 +246,15 @@ void TraceRecorder::on_release(const SaveEvent& e) {
 }
 
 void TraceRecorder::on_collective_begin(const CollectiveEvent& e) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
-  rank_state(e.site, now).collective_start = now;
+  RankState& state = rank_state(e.site, now);
+  state.collective_start = now;
+  state.pending_collective = collective_slice(e, state, now, now);
 }
 
-// A collective's slice runs from on_collective_begin (the rank enters it) to its completion, so
-// it includes the wait for the slowest rank. Without a begin (an emitter that reports only the
-// end) it starts at the rank's previous event, an upper bound.
-void TraceRecorder::on_collective(const CollectiveEvent& e) {
-  const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto found = ranks_.find(e.site.rank);
-  Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
-  RankState& state = rank_state(e.site, now);
-  if (state.collective_start) previous = *state.collective_start;
-  state.collective_start.reset();
+TraceEvent TraceRecorder::collective_slice(const CollectiveEvent& e, const RankState& state,
+                                           Clock::time_point start, Clock::time_point end) const {
   TraceEvent event;
   event.kind = TraceEventKind::collective;
   event.rank = e.site.rank;
@@ -271,8 +266,8 @@ void TraceRecorder::on_collective(const CollectiveEvent& e) {
   // The issuing op's number; ProcessGroup leaves it 0, and the innermost open slice is the op
   // (forward) or node (backward) that issued the collective.
   event.seq = e.seq != 0 || state.open.empty() ? e.seq : state.open.back().seq;
-  event.ts_us = micros_since_start(previous);
-  event.dur_us = micros_between(previous, now);
+  event.ts_us = micros_since_start(start);
+  event.dur_us = micros_between(start, end);
   if (!state.open.empty()) event.placement = state.open.back().placement;  // the issuing op's
   event.collective = e.kind;
   event.purpose = e.purpose;
@@ -282,6 +277,34 @@ void TraceRecorder::on_collective(const CollectiveEvent& e) {
   event.dtype = e.dtype;
   event.full_bytes = e.full_bytes;
   event.bytes_sent = e.bytes_sent;
+  return event;
+}
+
+std::vector<TraceEvent> TraceRecorder::collectives_in_progress() const {
+  const double now = micros_since_start(now_());
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TraceEvent> out;
+  for (const auto& [rank, state] : ranks_) {
+    if (!state->pending_collective) continue;
+    out.push_back(*state->pending_collective);
+    out.back().dur_us = now - out.back().ts_us;
+  }
+  return out;
+}
+
+// A collective's slice runs from on_collective_begin (the rank enters it) to its completion, so
+// it includes the wait for the slowest rank. Without a begin (an emitter that reports only the
+// end) it starts at the rank's previous event, an upper bound.
+void TraceRecorder::on_collective(const CollectiveEvent& e) {
+  const Clock::time_point now = now_();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = ranks_.find(e.site.rank);
+  Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
+  RankState& state = rank_state(e.site, now);
+  if (state.collective_start) previous = *state.collective_start;
+  state.collective_start.reset();
+  state.pending_collective.reset();
+  TraceEvent event = collective_slice(e, state, previous, now);
   keep(std::move(event));
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,9 @@ namespace shardscope {
 struct TraceOptions {
   std::size_t max_events = 2'000'000;                // about 300 bytes each in memory
   nlohmann::json config = nlohmann::json::object();  // written to otherData.config
+  // Where times come from; empty: steady_clock. A live viewer passes a clock that stops while
+  // every rank is paused, so the time a person spends looking is not on the timeline.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class TraceRecorder final : public Observer {
@@ -47,6 +51,9 @@ class TraceRecorder final : public Observer {
   // Appends the kept events from index `from` on to `out` and returns how many are kept in all,
   // so a live viewer copies only what is new.
   std::size_t events_since(std::size_t from, std::vector<TraceEvent>& out) const;
+  // Each rank's collective entered and not yet completed (a live viewer draws it open, up to
+  // now); not kept events: the slice is kept when the collective completes.
+  std::vector<TraceEvent> collectives_in_progress() const;
   TraceMeta meta() const;
   std::size_t dropped_events() const;
 
@@ -76,8 +83,11 @@ class TraceRecorder final : public Observer {
   void record_saved(const SaveEvent& e, bool release);
   static OpenSlice* saving_slice(RankState& state, const Site& site);
   void keep(TraceEvent event);
+  TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
+                              Clock::time_point start, Clock::time_point end) const;
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
 
+  const std::function<Clock::time_point()> now_;
   const Clock::time_point start_;
   const double clock_origin_unix_us_;
   const std::size_t max_events_;

@@ -80,7 +80,8 @@ class RunInspector {
   // Once the rank's ledger and communication log are attached to its context.
   virtual void attach(int /*rank*/, const MemoryLedger& /*ledger*/, const CommLog& /*comm*/) {}
   // When a named tensor of the run exists: "input", every parameter by its name, and "output"
-  // after each forward. A parameter's gradient is its local tensor's grad().
+  // after each forward. A parameter's gradient is its local tensor's grad(). A tensor with no
+  // local tensor (undefined) means the name is gone: "output" before each later forward.
   virtual void tensor(int /*rank*/, const std::string& /*name*/, const ParallelTensor& /*t*/) {}
   // At step 0 after backward, on every rank, with the group's reference check (every tensor's
   // error against the single-device layer).

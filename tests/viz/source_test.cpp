@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "tests/viz/viz_testing.h"
 #include "viz/model/source.h"
@@ -59,13 +60,18 @@ TEST(LiveSource, NextCollectiveStopsEveryRankAtTheAllGatherBeforeQkv) {
     EXPECT_EQ(st.scope, "attn.qkv") << st.where;
     EXPECT_NE(st.where.find("all_gather"), std::string::npos) << st.where;
   }
-  // The op slices of ln1 are recorded; no collective has completed yet.
+  // The op slices of ln1 are recorded, and the all-gather every rank stands at is on the
+  // timeline, open (it reaches the snapshot's now).
   int collectives = 0, ops = 0;
   for (const TraceEvent& e : s.events) {
-    collectives += e.kind == TraceEventKind::collective;
     ops += e.kind == TraceEventKind::op;
+    if (e.kind != TraceEventKind::collective) continue;
+    ++collectives;
+    EXPECT_EQ(e.collective, CollectiveKind::all_gather);
+    EXPECT_EQ(e.scope, "attn.qkv");
+    EXPECT_GE(e.ts_us + e.dur_us, s.now_us - 1e-6);
   }
-  EXPECT_EQ(collectives, 0);
+  EXPECT_EQ(collectives, 4);
   EXPECT_GT(ops, 0);
 }
 
@@ -155,6 +161,36 @@ TEST(ReplaySource, NamesAFileThatIsNotATrace) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace shardscope::viz
+
+namespace shardscope::viz {
+namespace {
+
+TEST(LiveSource, TheTimelineLeavesOutTimeSpentPaused) {
+  auto source = make_live_source(live_options("tp", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a person looking
+  run_script(*source, "step 3", kLimit);
+  const Snapshot s = source->snapshot();
+  ASSERT_FALSE(s.events.empty());
+  // Three ops of a tiny layer take far less than the 1.5 s the ranks sat paused.
+  EXPECT_LT(s.now_us, 1.5e6) << "the pause is on the timeline";
+}
+
+TEST(LiveSource, FinishedRanksSayWhereTheyLastStopped) {
+  auto source = make_live_source(live_options("tp", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  run_script(*source, "step; continue", kLimit);
+  const Snapshot s = source->snapshot();
+  ASSERT_TRUE(s.finished) << s.error;
+  for (const RankStatus& st : s.status) {
+    EXPECT_EQ(st.state, RankStatus::State::finished);
+    EXPECT_NE(st.where.find("finished; last stop"), std::string::npos) << st.where;
+  }
+  EXPECT_FALSE(s.tensors.empty()) << "the values copied at the last stop are kept";
 }
 
 }  // namespace

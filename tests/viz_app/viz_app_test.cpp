@@ -231,6 +231,25 @@ TEST(VizApp, BadFlagsAreExitCodeTwoAndNameTheRule) {
   EXPECT_NE(err3.str().find("pipeline"), std::string::npos) << err3.str();
 }
 
+TEST(VizApp, LiveRunFlagsWithAReplayAreRefused) {
+  std::ostringstream out, err;
+  const char* argv[] = {"shardscope-viz", "--trace",      "t.json", "--mode", "tp",
+                        "--headless",     "--screenshot", "x.png"};
+  EXPECT_EQ(viz_main(8, argv, out, err), 2);
+  EXPECT_NE(err.str().find("--mode configures a live run"), std::string::npos) << err.str();
+  std::ostringstream err2;
+  const char* timeout[] = {"shardscope-viz", "--timeout-ms", "50",
+                           "--headless",     "--screenshot", "x.png"};
+  EXPECT_EQ(viz_main(6, timeout, out, err2), 2);
+  EXPECT_NE(err2.str().find("--timeout-ms"), std::string::npos) << err2.str();
+  std::ostringstream err3;
+  const char* limit[] = {"shardscope-viz", "--script-limit-s", "0",
+                         "--headless",     "--screenshot",     "x.png"};
+  EXPECT_EQ(viz_main(6, limit, out, err3), 2);
+  EXPECT_NE(err3.str().find("--script-limit-s must be at least 1, given 0"), std::string::npos)
+      << err3.str();
+}
+
 TEST(VizApp, AMissingTraceIsExitCodeOneNamingTheFile) {
   std::ostringstream out, err;
   const char* argv[] = {"shardscope-viz", "--trace",      "/nonexistent/trace.json",

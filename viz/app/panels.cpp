@@ -140,10 +140,10 @@ void VizUi::refresh() {
   if (v == version_) return;
   version_ = v;
   snapshot_ = source_.snapshot();
-  if (state_.rank >= snapshot_.ranks) state_.rank = 0;
-  if (state_.collective && *state_.collective >= snapshot_.events.size()) {
-    state_.collective.reset();
-  }
+  // A trace may hold only some ranks: fall back to its first.
+  const bool known = std::any_of(snapshot_.status.begin(), snapshot_.status.end(),
+                                 [&](const RankStatus& st) { return st.rank == state_.rank; });
+  if (!known && !snapshot_.status.empty()) state_.rank = snapshot_.status.front().rank;
 }
 
 void VizUi::frame(float width, float height) {
@@ -157,6 +157,46 @@ void VizUi::frame(float width, float height) {
   collectives({left, top, width, low});
   memory({left, low, std::floor(width * 0.72f), height});
   check({std::floor(width * 0.72f), low, width, height});
+}
+
+std::optional<std::size_t> VizUi::selected_collective() const {
+  if (state_.collective) {
+    for (std::size_t i = 0; i < snapshot_.events.size(); ++i) {
+      const TraceEvent& e = snapshot_.events[i];
+      if (e.kind == TraceEventKind::collective && e.rank == state_.collective->first &&
+          e.ts_us == state_.collective->second) {
+        return i;
+      }
+    }
+  }
+  return latest_collective();
+}
+
+void VizUi::zoom_and_pan(const TimelineView& v, float mouse_x, float width) {
+  const ImGuiIO& io = ImGui::GetIO();
+  const double begin = v.begin_us, end = v.end_us, span = std::max(end - begin, 1e-3);
+  const float lanes_x0 = theme::kPanelPadding + theme::kLaneLabelWidth;
+  const float lanes_w = std::max(width - lanes_x0 - theme::kPanelPadding, 1.0f);
+  if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
+    state_.time_begin = state_.time_end = 0;
+  } else if (io.MouseWheel != 0) {
+    const double at = begin + span * std::clamp((mouse_x - lanes_x0) / lanes_w, 0.0f, 1.0f);
+    const double scale = std::pow(0.8, static_cast<double>(io.MouseWheel));
+    state_.time_begin = at - (at - begin) * scale;
+    state_.time_end = at + (end - at) * scale;
+  } else if (ImGui::IsMouseDragging(ImGuiMouseButton_Right)) {
+    const double shift = -static_cast<double>(io.MouseDelta.x) / lanes_w * span;
+    state_.time_begin = begin + shift;
+    state_.time_end = end + shift;
+  }
+}
+
+std::optional<std::size_t> VizUi::latest_collective() const {
+  for (std::size_t i = snapshot_.events.size(); i-- > 0;) {
+    const TraceEvent& e = snapshot_.events[i];
+    if (e.kind == TraceEventKind::collective && e.rank == state_.rank) return i;
+  }
+  return std::nullopt;
 }
 
 // ---- Controls ----------------------------------------------------------------------------------
@@ -330,17 +370,24 @@ void VizUi::collectives(const Rect& r) {
     const float table_width = std::floor(r.width() * 0.36f);
     ImGui::BeginChild("timeline", ImVec2(r.width() - table_width - 24, 0));
     Canvas c = begin_canvas();
+    // Until a box is clicked, the selected rank's latest collective is shown with its flows.
     TimelineViewport viewport;
-    viewport.selected = state_.collective;
-    const TimelineView& v =
-        cached(timeline_cache_, state_.collective ? std::to_string(*state_.collective) : "-",
-               c.size, [&](PanelSize size) { return timeline_view(snapshot_, viewport, size); });
+    viewport.selected = selected_collective();
+    viewport.begin_us = state_.time_begin;
+    viewport.end_us = state_.time_end;
+    char key[96];
+    std::snprintf(key, sizeof key, "%lld|%.3f|%.3f",
+                  viewport.selected ? static_cast<long long>(*viewport.selected) : -1LL,
+                  viewport.begin_us, viewport.end_us);
+    const TimelineView& v = cached(timeline_cache_, key, c.size, [&](PanelSize size) {
+      return timeline_view(snapshot_, viewport, size);
+    });
     for (const Rect& lane : v.lanes) fill(c, lane, theme::kPanelBackground);
     for (const Label& l : v.lane_labels) text(c, l);
     for (const TimelineBox& b : v.boxes) {
       fill(c, b.rect, b.fill);
       if (!b.label.empty()) text(c, {b.rect.x0 + 2, b.rect.y0 + 2, b.label, theme::kBackground});
-      if (state_.collective && b.event == *state_.collective) {
+      if (viewport.selected && b.event == *viewport.selected) {
         outline(c, b.rect, theme::kSelection, theme::kOutlineWidth);
       }
     }
@@ -350,8 +397,12 @@ void VizUi::collectives(const Rect& r) {
     if (const auto m = c.mouse()) {
       if (const TimelineBox* b = timeline_box_at(v, m->x, m->y)) {
         ImGui::SetTooltip("%s", b->tooltip.c_str());
-        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state_.collective = b->event;
+        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left) && b->event < snapshot_.events.size()) {
+          const TraceEvent& e = snapshot_.events[b->event];
+          state_.collective = std::make_pair(e.rank, e.ts_us);
+        }
       }
+      zoom_and_pan(v, m->x, c.size.width);
     }
     end_canvas(c);
     ImGui::EndChild();

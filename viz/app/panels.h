@@ -29,12 +29,15 @@ struct PanelRegion {
 };
 
 struct UiState {
-  int rank = 0;                           // whose current op the shard panel shows
-  std::optional<std::size_t> collective;  // selected collective (index into snapshot events)
-  std::string tensor;                     // the inspected tensor ("" picks the first)
-  int tensor_rank = -1;                   // -1: the full tensor; else that rank's shard
-  char breakpoint[96] = {};               // the text of the breakpoint being typed
-  std::string message;                    // the last command's error, shown in Controls
+  int rank = 0;  // whose current op the shard panel shows
+  // The clicked collective by identity (its rank and start time): event indices move as new
+  // events are sorted in. Unset: the rank's latest collective is shown.
+  std::optional<std::pair<int, double>> collective;
+  double time_begin = 0, time_end = 0;  // the timeline's window (us); end <= begin: everything
+  std::string tensor;                   // the inspected tensor ("" picks the first)
+  int tensor_rank = -1;                 // -1: the full tensor; else that rank's shard
+  char breakpoint[96] = {};             // the text of the breakpoint being typed
+  std::string message;                  // the last command's error, shown in Controls
 };
 
 class VizUi {
@@ -57,6 +60,10 @@ class VizUi {
 
  private:
   void refresh();
+  std::optional<std::size_t> latest_collective() const;    // of the selected rank
+  std::optional<std::size_t> selected_collective() const;  // the clicked one, else the latest
+  // Wheel zooms the timeline around the mouse, right-drag pans it, double-click shows it all.
+  void zoom_and_pan(const TimelineView& v, float mouse_x, float width);
   void controls(const Rect& r);
   void shard_layout(const Rect& r);
   void tensor_inspector(const Rect& r);

@@ -4,7 +4,9 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -33,9 +35,23 @@ struct VizFlags {
   int script_limit_s = 600;
 };
 
-std::unique_ptr<Source> make_source(const VizFlags& f, bool timeout_set) {
+std::unique_ptr<Source> make_source(const VizFlags& f, const CLI::App& app) {
   if (!f.trace.empty() && !f.synthetic.empty()) {
     throw ArgumentError("--trace and --synthetic both replay a trace: give one");
+  }
+  if (!f.trace.empty() || !f.synthetic.empty()) {
+    for (const CLI::Option* o : app.get_options()) {
+      if (o->count() > 0 && RunFlags::is_run_flag(o->get_name())) {
+        throw ArgumentError(o->get_name() + " configures a live run, but " +
+                            (f.trace.empty() ? "--synthetic" : "--trace") +
+                            " replays a recorded one: its configuration comes from the trace");
+      }
+    }
+  }
+  if (app.count("--timeout-ms") > 0) {
+    throw ArgumentError(
+        "--timeout-ms does not apply to shardscope-viz: a live session waits for "
+        "paused ranks without a timeout");
   }
   if (!f.trace.empty()) return make_replay_source(f.trace);
   if (!f.synthetic.empty()) {
@@ -54,7 +70,7 @@ std::unique_ptr<Source> make_source(const VizFlags& f, bool timeout_set) {
     }
     return make_replay_source(synthetic_trace(ranks, static_cast<std::size_t>(events), 1));
   }
-  return make_live_source(f.run.resolve(timeout_set));
+  return make_live_source(f.run.resolve(false));
 }
 
 void write_panels(const VizUi& ui, const std::string& path, int width, int height) {
@@ -68,7 +84,9 @@ void write_panels(const VizUi& ui, const std::string& path, int width, int heigh
   }
   std::ofstream out(path);
   out << j.dump(2) << "\n";
-  if (!out) throw Error("cannot write " + path);
+  if (!out) {
+    throw Error("--panels: cannot write " + path + " (" + std::strerror(errno) + ")");
+  }
 }
 
 nlohmann::json stats(std::vector<double> ms) {
@@ -153,12 +171,18 @@ int viz_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     }
     if (f.frames < 1)
       throw ArgumentError("--frames must be at least 1, given " + std::to_string(f.frames));
-    if (f.bench_frames < 0) throw ArgumentError("--bench-frames must be >= 0");
+    if (f.bench_frames < 0) {
+      throw ArgumentError("--bench-frames must be >= 0, given " + std::to_string(f.bench_frames));
+    }
+    if (f.script_limit_s < 1) {
+      throw ArgumentError("--script-limit-s must be at least 1, given " +
+                          std::to_string(f.script_limit_s));
+    }
     if (f.headless && f.screenshot.empty() && f.bench_frames == 0) {
       throw ArgumentError(
           "--headless draws no window: give --screenshot FILE.png or --bench-frames N");
     }
-    source = make_source(f, app.count("--timeout-ms") > 0);
+    source = make_source(f, app);
   } catch (const ArgumentError& e) {
     err << "shardscope-viz: " << e.what() << "\n";
     return 2;

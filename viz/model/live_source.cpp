@@ -18,21 +18,25 @@ std::vector<std::string> shape_strings(const std::vector<Shape>& shapes) {
   return out;
 }
 
-TraceOptions trace_options(const RunOptions& o) {
+TraceOptions trace_options(const RunOptions& o, const LiveSession& session) {
   TraceOptions t;
   t.config = layer_config_json(o.spec.layer);
   t.config["steps"] = o.spec.steps;
   t.config["comm"] = "threads";
   t.config["keep_gathered_input"] = o.spec.keep_gathered_input;
+  t.clock = [&session] { return session.active_now(); };  // time while the ranks move
   return t;
+}
+
+bool checked(const RunOptions& o) {
+  return o.spec.check && o.spec.layer.mode != ParallelMode::single;
 }
 
 class LiveSource final : public Source {
  public:
   explicit LiveSource(const RunOptions& options)
-      : recorder_(trace_options(options)), session_(options, &recorder_) {
-    Context& ref = *reference_ctx_;
-    reference_ = single_device_reference(ref, options.spec);
+      : session_(options, &recorder_), recorder_(trace_options(options, session_)) {
+    if (checked(options)) reference_ = single_device_reference(*reference_ctx_, options.spec);
     session_.start();
     // Every rank reaches its first op before the first command, so a command never races the
     // start (a step sent to a rank still starting would be taken as a pause request).
@@ -50,9 +54,15 @@ class LiveSource final : public Source {
   void add_breakpoint(const Breakpoint& b) override { session_.add_breakpoint(b); }
   void clear_breakpoints() override { session_.clear_breakpoints(); }
 
-  bool idle() override { return session_.settled() || !session_.error().empty(); }
+  bool idle() override {
+    if (!session_.settled()) return !session_.error().empty();
+    copy_values();
+    return true;
+  }
   bool wait_idle(std::chrono::milliseconds limit) override {
-    return session_.wait_settled(limit) || !session_.error().empty();
+    if (!session_.wait_settled(limit)) return !session_.error().empty();
+    copy_values();  // while every rank is paused, before the next command moves them
+    return true;
   }
 
   std::uint64_t version() override {
@@ -70,14 +80,16 @@ class LiveSource final : public Source {
 
  private:
   void refresh_events();
-  void refresh_values(Snapshot& s);
+  void copy_values();
   void refresh_checks(Snapshot& s);
   void check_output();
 
+  // The session only keeps the recorder's address until start(); the recorder reads the
+  // session's active clock. The destructor ends the run before either goes.
+  LiveSession session_;
   TraceRecorder recorder_;
   std::unique_ptr<Context> reference_ctx_ = std::make_unique<Context>(0);
   std::vector<std::pair<std::string, Tensor>> reference_;
-  LiveSession session_;
   std::vector<TraceEvent> events_;  // every event so far, by start time
   std::size_t sorted_ = 0;          // events_[0, sorted_) are in order
   std::uint64_t values_key_ = ~0ull;
@@ -94,15 +106,12 @@ void LiveSource::refresh_events() {
   sorted_ = events_.size();
 }
 
-// Copies every rank's named tensors (and their gradients) once all ranks are paused: a running
-// rank writes them.
-void LiveSource::refresh_values(Snapshot& s) {
+// Copies every rank's named tensors (and their gradients) when all ranks are paused (a running
+// rank writes them) and they have moved since the last copy. The copy outlives the run.
+void LiveSource::copy_values() {
   std::uint64_t key = 0;
   for (int r = 0; r < session_.ranks(); ++r) {
-    if (session_.state(r) != LiveSession::RankState::paused) {
-      s.tensors = values_;  // the last values copied, if any
-      return;
-    }
+    if (session_.state(r) != LiveSession::RankState::paused) return;
     key = key * 1000003 + session_.stop(r).value_or(Stop{}).number;
   }
   if (key != values_key_) {
@@ -131,9 +140,8 @@ void LiveSource::refresh_values(Snapshot& s) {
     for (auto& [name, v] : by_name) values_.push_back(std::move(v));
     bool step0 = true;
     for (int r = 0; r < session_.ranks(); ++r) step0 = step0 && session_.stop(r)->step == 0;
-    if (step0 && !output_check_) check_output();
+    if (step0 && !output_check_ && !reference_.empty()) check_output();
   }
-  s.tensors = values_;
 }
 
 // The output against the reference's, once step 0's forward produced it: each rank's slice
@@ -162,6 +170,10 @@ void LiveSource::refresh_checks(Snapshot& s) {
   s.tolerance = check_tolerance(session_.options().spec.layer.dtype);
   if (session_.options().spec.layer.mode == ParallelMode::single) {
     s.check_note = "a single-device run is the reference itself";
+    return;
+  }
+  if (!session_.options().spec.check) {
+    s.check_note = "the check is off (--no-check)";
     return;
   }
   const std::optional<CheckResult> group = session_.check_result();
@@ -200,15 +212,28 @@ Snapshot LiveSource::snapshot() {
   s.keep_gathered_input = o.spec.keep_gathered_input;
   s.ranks = session_.ranks();
   s.events = events_;
-  for (const TraceEvent& e : events_) s.now_us = std::max(s.now_us, e.ts_us + e.dur_us);
-  s.total_events = events_.size();
+  // Collectives the ranks are inside (stopped before the data moves, or waiting for a peer) are
+  // drawn open, so the call a person stepped to is on the timeline with its flows.
+  const std::vector<TraceEvent> open = recorder_.collectives_in_progress();
+  if (!open.empty()) {
+    s.events.insert(s.events.end(), open.begin(), open.end());
+    std::stable_sort(s.events.begin(), s.events.end(),
+                     [](const TraceEvent& a, const TraceEvent& b) { return a.ts_us < b.ts_us; });
+  }
+  for (const TraceEvent& e : s.events) s.now_us = std::max(s.now_us, e.ts_us + e.dur_us);
+  s.total_events = s.events.size();
   s.finished = session_.all_finished();
   s.error = session_.error();
   for (int r = 0; r < s.ranks; ++r) {
     RankStatus st;
     st.rank = r;
     st.state = session_.state(r);
-    if (const std::optional<Stop> stop = session_.stop(r)) {
+    std::optional<Stop> stop = session_.stop(r);
+    const std::optional<Stop> last = session_.last_stop(r);
+    if (!stop && st.state != LiveSession::RankState::finished) {
+      stop = last;  // the op it left off at, still its op
+    }
+    if (stop) {
       st.op = stop->op;
       st.scope = stop->scope;
       st.phase = stop->phase;
@@ -218,13 +243,23 @@ Snapshot LiveSource::snapshot() {
       st.placement = stop->placement;
       st.where = stop->str();
     }
-    if (const std::optional<std::string> waits = session_.waiting_in(r)) {
-      st.where = "waits in " + *waits;
+    if (st.state == LiveSession::RankState::in_collective) {
+      if (const std::optional<std::string> waits = session_.waiting_in(r)) {
+        st.where = "waits in " + *waits;
+      }
+    }
+    if (st.state == LiveSession::RankState::finished) {
+      st.step = last ? last->step : 0;
+      st.phase = last ? last->phase : Phase::forward;
+      st.where = last ? "finished; last stop: " + last->str() : "finished";
+    } else if (st.state == LiveSession::RankState::running && stop) {
+      st.where = "running since " + stop->str();
     }
     if (st.where.empty()) st.where = rank_state_name(st.state);
     s.status.push_back(std::move(st));
   }
-  refresh_values(s);
+  copy_values();
+  s.tensors = values_;
   refresh_checks(s);
   return s;
 }

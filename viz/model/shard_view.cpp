@@ -187,6 +187,10 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
          " ranks)");
     return v;
   }
+  if (st->state == RankStatus::State::finished) {
+    note("rank " + std::to_string(rank) + " has finished its run");
+    return v;
+  }
   if (st->op.empty() && st->scope.empty()) {
     note("no op yet: rank " + std::to_string(rank) + " has not started");
     return v;
