@@ -237,6 +237,12 @@ TEST(ModuleLayout, ProjectsTheShardedDimOntoRows) {
             (std::pair<std::int64_t, std::int64_t>{4, 8}));
   EXPECT_EQ(slice_range(Shape{16, 2}, Placement::shard(0), 1, 1, 4),
             (std::pair<std::int64_t, std::int64_t>{0, 2}));
+  // A negative shard dim counts from the end, as Shard(-1) does in the papers.
+  const Projection neg = projection_of(Shape{16, 2, 32}, Placement{Placement::Kind::shard, -1});
+  EXPECT_EQ(neg.row_dim, 0);
+  EXPECT_EQ(neg.col_dim, 2);
+  EXPECT_EQ(slice_range(Shape{16, 32}, Placement{Placement::Kind::shard, -1}, 1, 1, 4),
+            (std::pair<std::int64_t, std::int64_t>{8, 16}));
 }
 
 }  // namespace

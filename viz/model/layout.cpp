@@ -329,7 +329,8 @@ Projection projection_of(const Shape& global, Placement placement) {
   p.col_dim = n - 1;
   p.cols = global[n - 1];
   if (n == 1) return p;
-  p.row_dim = placement.is_shard() && placement.dim < n - 1 ? placement.dim : 0;
+  const int d = placement.dim < 0 ? placement.dim + n : placement.dim;  // Shard(-1): the last
+  p.row_dim = placement.is_shard() && d >= 0 && d < n - 1 ? d : 0;
   p.rows = global[p.row_dim];
   return p;
 }
@@ -337,7 +338,8 @@ Projection projection_of(const Shape& global, Placement placement) {
 std::pair<std::int64_t, std::int64_t> slice_range(const Shape& global, Placement placement, int dim,
                                                   int rank, int t) {
   const std::int64_t n = global[dim];
-  if (!placement.is_shard() || placement.dim != dim || t <= 0) return {0, n};
+  const int d = placement.dim < 0 ? placement.dim + global.rank() : placement.dim;
+  if (!placement.is_shard() || d != dim || t <= 0) return {0, n};
   const std::int64_t piece = n / t;
   return {piece * rank, piece * (rank + 1)};
 }
