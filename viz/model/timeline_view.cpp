@@ -16,7 +16,7 @@ namespace {
 // Dear ImGui's default font (ProggyClean, 13 px) is 7 px a character: a label is only set on a
 // box it fits in.
 constexpr float kCharWidth = 7.0f;
-constexpr float kArrowSpacing = 10.0f;  // between the arrows of neighbouring ranks
+constexpr float kArrowSpacing = 22.0f;  // between the arrows of neighbouring ranks
 
 // `value` with `digits` decimals and a unit; std::to_chars, as a timeline of thousands of boxes
 // builds their tooltips every frame and printf's %f is several times slower.
