@@ -71,6 +71,12 @@ const char* live_rank_state_name(LiveSession::RankState s) {
 
 LiveSession::LiveSession(const RunOptions& options, Observer* observer)
     : options_(options), observer_(observer) {
+  if (options.backend != DeviceKind::cpu) {
+    throw ArgumentError(
+        std::string("a live session runs its ranks as threads on the CPU: --backend "
+                    "must be cpu, given ") +
+        backend_name(options.backend));
+  }
   if (options.comm != CommKind::threads) {
     throw ArgumentError("a live session runs its ranks as threads: --comm must be threads, given " +
                         std::string(comm_kind_name(options.comm)));

@@ -26,7 +26,8 @@ nlohmann::json config_json(const RunOptions& o) {
           {"causal", c.causal},
           {"check", o.spec.check},
           {"keep_gathered_input", o.spec.keep_gathered_input},
-          {"backend", "cpu"},
+          {"backend", backend_name(o.backend)},
+          {"call_check", o.comm == CommKind::nccl && o.check_calls},
           {"report", o.report_path}};
 }
 

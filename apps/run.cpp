@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -10,11 +11,13 @@
 #include <mutex>
 #include <optional>
 
+#include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
 #include "io/manifest.h"
 #include "io/trace_reader.h"
 #include "io/trace_recorder.h"
+#include "parallel/gpu_info.h"
 #include "parallel/parallel_layer.h"
 
 namespace shardscope {
@@ -26,7 +29,7 @@ void print_header(const RunOptions& o, std::ostream& out) {
       << comm_kind_name(o.comm) << "), s=" << c.seq << " b=" << c.batch << " h=" << c.hidden
       << " a=" << c.heads << ", dropout " << c.dropout << ", " << dtype_name(c.dtype) << ", seed "
       << c.seed << ", " << o.spec.steps << " SGD steps (lr " << o.spec.learning_rate
-      << "), backend cpu\n";
+      << "), backend " << backend_name(o.backend) << "\n";
 }
 
 void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
@@ -38,7 +41,37 @@ void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
   }
 }
 
+// Each line of `text` indented by two spaces.
+void print_indented(const std::string& text, std::ostream& out) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    out << "  " << text.substr(start, end - start) << "\n";
+    start = end + 1;
+  }
+}
+
 }  // namespace
+
+DeviceKind parse_backend(const std::string& name) {
+  if (name == "cpu") return DeviceKind::cpu;
+  if (name == "cuda") return DeviceKind::cuda;
+  throw ArgumentError("--backend " + name + " is not a backend: expected cpu or cuda");
+}
+
+const char* backend_name(DeviceKind kind) {
+  return kind == DeviceKind::cpu ? "cpu" : "cuda";
+}
+
+bool ranks_are_processes(CommKind comm) {
+  return comm == CommKind::mpi || (comm == CommKind::nccl && launched_by_mpirun());
+}
+
+void print_cuda_banner(std::ostream& out) {
+  out << "backend cuda:\n";
+  print_indented(cuda_device_report(), out);
+  print_indented(nccl_version_report(), out);
+}
 
 void RunOptions::validate() const {
   validate_parallel_config(spec.layer);
@@ -55,6 +88,14 @@ void RunOptions::validate() const {
     throw ArgumentError("--keep-gathered-input applies to --mode tp-sp only");
   }
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
+  // ThreadComm and MpiComm move host memory, NcclComm device memory.
+  if (backend == DeviceKind::cuda && comm != CommKind::nccl) {
+    throw ArgumentError(std::string("--backend cuda needs --comm nccl: --comm ") +
+                        comm_kind_name(comm) + " moves host memory (it runs with --backend cpu)");
+  }
+  if (backend == DeviceKind::cpu && comm == CommKind::nccl) {
+    throw ArgumentError("--comm nccl moves CUDA device memory: it needs --backend cuda");
+  }
 }
 
 // The run's spec with the dump and load hooks of --dump and --load filled in.
@@ -108,22 +149,33 @@ void write_mpi_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv
 
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
   options.validate();
+  if (options.backend == DeviceKind::cuda && !launched_by_mpirun()) {
+    // run_spmd checks too, but names --comm nccl only; this names the flag that was given.
+    const CudaDeviceCount found = count_cuda_devices();
+    if (found.count < options.spec.layer.degree) {
+      throw ArgumentError(too_few_devices_message(
+          "--backend cuda (--comm nccl, one thread per device)", options.spec.layer.degree, found));
+    }
+  }
   const LayerRunSpec spec = spec_with_io(options);
   SpmdOptions spmd;
   spmd.comm = options.comm;
   spmd.timeout = std::chrono::milliseconds(options.timeout_ms);
+  spmd.check_calls = options.check_calls;
   std::mutex mutex;
   RunResult result;
   bool have_rank0 = false;
   std::unique_ptr<TraceRecorder> recorder = make_recorder(options);
   run_spmd(options.spec.layer.degree, spmd, [&](RankEnv& env) {
+    // The devices are known to be there (run_spmd checked); rank 0 names them before it runs.
+    if (env.rank == 0 && options.backend == DeviceKind::cuda) print_cuda_banner(out);
     RankRun run;
     {
       std::optional<ObserverGuard> attach;  // the whole rank run is traced
       if (recorder) attach.emplace(env.ctx, *recorder);
       run = run_layer_rank(env, spec);
     }
-    if (recorder && options.comm == CommKind::mpi) write_mpi_trace(*recorder, options, env);
+    if (recorder && ranks_are_processes(options.comm)) write_mpi_trace(*recorder, options, env);
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     result.memory = run.group_memory;
@@ -131,7 +183,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     result.rank0 = std::move(run);
     have_rank0 = true;
   });
-  if (recorder && options.comm == CommKind::threads) {
+  if (recorder && !ranks_are_processes(options.comm)) {
     recorder->write_chrome_trace(options.trace_path);
   }
   result.printed = have_rank0;

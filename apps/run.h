@@ -21,6 +21,8 @@ struct RunOptions {
   }
   LayerRunSpec spec;
   CommKind comm = CommKind::threads;
+  DeviceKind backend = DeviceKind::cpu;  // cuda goes with comm nccl (resolve_comm_and_backend)
+  bool check_calls = true;               // nccl: the host-side check before every NCCL call
   int timeout_ms = 10000;
   std::string report_path;  // empty: no JSON report
   std::string dump_dir;     // empty: no dump (.npy files and manifest.json, docs/dump-format.md)
@@ -30,6 +32,16 @@ struct RunOptions {
   // Throws ArgumentError naming the flag and the rule, before any rank starts.
   void validate() const;
 };
+
+// "cpu" or "cuda", else ArgumentError naming the accepted values.
+DeviceKind parse_backend(const std::string& name);
+const char* backend_name(DeviceKind kind);  // "cpu", "cuda"
+
+// Whether each rank of this run is a process of its own (--comm mpi, or nccl under mpirun).
+bool ranks_are_processes(CommKind comm);
+
+// For --backend cuda: the devices, driver, runtime, cuBLAS and NCCL versions, one per line.
+void print_cuda_banner(std::ostream& out);
 
 struct RunResult {
   RankRun rank0;                   // steps, comm and check of rank 0

@@ -13,12 +13,20 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   RunFlags& text = *this;
   LayerConfig& c = o.spec.layer;
   run.add_option("--mode", text.mode, "single, tp, tp-sp or ulysses")->capture_default_str();
-  run.add_option("--comm", text.comm, "threads (ranks are threads) or mpi (under mpirun)")
-      ->capture_default_str();
+  run.add_option("--comm", text.comm,
+                 "threads (ranks are threads, the default), mpi (ranks are processes, under "
+                 "mpirun) or nccl (ranks own CUDA devices: a thread per device, or a process per "
+                 "device under mpirun; the default with --backend cuda)");
+  run.add_option("--backend", text.backend,
+                 "cpu (the default) or cuda (needs --comm nccl, which it implies)");
+  run.add_flag("--no-call-check", text.no_call_check,
+               "nccl: skip the host-side exchange before every NCCL call that checks every rank "
+               "issues the same collective");
   run.add_flag("--no-check", text.no_check, "skip the comparison with the single-device layer");
   run.add_flag("--keep-gathered-input", o.spec.keep_gathered_input,
                "tp-sp: keep the all-gathered linear inputs for backward instead of re-gathering");
-  run.add_option("--timeout-ms", o.timeout_ms, "threads: how long a collective waits for a rank")
+  run.add_option("--timeout-ms", o.timeout_ms,
+                 "threads, and nccl without mpirun: how long a collective waits for a rank")
       ->capture_default_str();
   run.add_option("--degree", c.degree, "ranks in the tensor-parallel group (t)")
       ->capture_default_str();
@@ -49,13 +57,22 @@ DType parse_dtype(const std::string& name) {
   throw ArgumentError("--dtype " + name + " is not supported: expected f32 or f64");
 }
 
+void resolve_comm_and_backend(const std::string& comm, const std::string& backend, RunOptions& o) {
+  const bool comm_given = !comm.empty(), backend_given = !backend.empty();
+  o.backend = backend_given ? parse_backend(backend) : DeviceKind::cpu;
+  o.comm = comm_given ? parse_comm_kind(comm) : CommKind::threads;
+  if (!backend_given && o.comm == CommKind::nccl) o.backend = DeviceKind::cuda;
+  if (!comm_given && o.backend == DeviceKind::cuda) o.comm = CommKind::nccl;
+}
+
 bool RunFlags::is_run_flag(const std::string& name) {
-  static const char* const kNames[] = {
-      "--mode",       "--comm",   "--no-check", "--keep-gathered-input",
-      "--timeout-ms", "--degree", "--seq",      "--batch",
-      "--hidden",     "--heads",  "--dropout",  "--steps",
-      "--lr",         "--seed",   "--dtype",    "--report",
-      "--dump",       "--load"};
+  static const char* const kNames[] = {"--mode",       "--comm",          "--backend",
+                                       "--no-check",   "--no-call-check", "--keep-gathered-input",
+                                       "--timeout-ms", "--degree",        "--seq",
+                                       "--batch",      "--hidden",        "--heads",
+                                       "--dropout",    "--steps",         "--lr",
+                                       "--seed",       "--dtype",         "--report",
+                                       "--dump",       "--load"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
@@ -63,10 +80,17 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   RunOptions o = options;
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.dtype = parse_dtype(dtype);
-  o.comm = parse_comm_kind(comm);
+  resolve_comm_and_backend(comm, backend, o);
   o.spec.check = !no_check;
-  if (o.comm == CommKind::mpi && timeout_set) {
-    throw ArgumentError("--timeout-ms applies to --comm threads; under mpi use mpirun --timeout");
+  o.check_calls = !no_call_check;
+  if (no_call_check && o.comm != CommKind::nccl) {
+    throw ArgumentError("--no-call-check applies to --comm nccl (threads and mpi always check)");
+  }
+  if (timeout_set &&
+      (o.comm == CommKind::mpi || (o.comm == CommKind::nccl && launched_by_mpirun()))) {
+    throw ArgumentError(
+        "--timeout-ms applies to --comm threads and nccl without mpirun; under mpi "
+        "use mpirun --timeout");
   }
   o.validate();
   return o;

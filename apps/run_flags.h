@@ -12,8 +12,11 @@ namespace shardscope {
 
 struct RunFlags {
   RunOptions options;
-  std::string mode = "single", dtype = "f32", comm = "threads";
-  bool no_check = false;
+  std::string mode = "single", dtype = "f32";
+  // Empty when not given: --backend cuda then implies --comm nccl and --comm nccl implies
+  // --backend cuda; otherwise cpu and threads.
+  std::string comm, backend;
+  bool no_check = false, no_call_check = false;
 
   // Adds --mode, --degree, --seq, ... to `app`; with `outputs`, also --report, --dump, --load
   // and --trace (the files a run writes or reads).
@@ -26,5 +29,10 @@ struct RunFlags {
 };
 
 DType parse_dtype(const std::string& name);  // "f32" or "f64", else ArgumentError
+// The communicator and backend of a run from --comm and --backend (either may be empty: not
+// given): cuda implies nccl and nccl cuda, else cpu and threads. RunOptions::validate refuses the
+// pairs that cannot work. Unknown names are ArgumentErrors naming the accepted values.
+void resolve_comm_and_backend(const std::string& comm, const std::string& backend,
+                              RunOptions& options);
 
 }  // namespace shardscope

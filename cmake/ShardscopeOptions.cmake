@@ -34,8 +34,22 @@ function(shardscope_resolve_part part found what)
 endfunction()
 
 include(CheckLanguage)
-check_language(CUDA)
-shardscope_resolve_part(CUDA "${CMAKE_CUDA_COMPILER}" "nvcc; the CUDA backend arrives in a later issue")
+if(NOT SHARDSCOPE_CUDA STREQUAL "OFF")
+  check_language(CUDA)
+endif()
+shardscope_resolve_part(CUDA "${CMAKE_CUDA_COMPILER}"
+                        "nvcc, cuBLAS and NCCL from the CUDA toolkit for the CUDA backend")
+if(SHARDSCOPE_HAVE_CUDA)
+  # Ampere and Hopper by default; -DCMAKE_CUDA_ARCHITECTURES=... overrides (set before
+  # enable_language, which would otherwise pick the compiler's default).
+  set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures to compile for")
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # the same libcudart as CUDA::cudart
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endif()
 find_package(MPI QUIET COMPONENTS CXX)
 shardscope_resolve_part(MPI "${MPI_CXX_FOUND}" "MPI for MpiComm: Debian libopenmpi-dev")
 # The visualizer needs Dear ImGui with its GLFW and OpenGL 3 backend sources (Debian:
@@ -54,11 +68,16 @@ shardscope_resolve_part(VIZ "${viz_found}"
                         "Dear ImGui with its backends, GLFW 3 and stb: Debian libimgui-dev, libglfw3-dev, libstb-dev")
 
 # shardscope_target_defaults(TARGET): warnings (errors with SHARDSCOPE_WERROR) and sanitizers.
+# C++ sources get the full warning set; CUDA sources (nvcc) the host compiler's -Wall and nvcc's
+# own warnings, errors too under SHARDSCOPE_WERROR.
 function(shardscope_target_defaults target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
-                                           -Wno-sign-conversion -Wnon-virtual-dtor)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+                              -Wnon-virtual-dtor>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall --expt-relaxed-constexpr>)
   if(SHARDSCOPE_WERROR)
-    target_compile_options(${target} PRIVATE -Werror)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
 endfunction()
 

@@ -2,6 +2,9 @@
 #include "parallel/communicator.h"
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
 
 namespace shardscope {
 
@@ -51,6 +54,42 @@ void validate_call(const CollectiveCall& call, int size, int rank) {
 
 namespace {
 
+// What every rank tells the others before a collective: the fields CollectiveCall::same_as
+// compares, and the call as text (truncated) so a mismatch message can name each rank's call site.
+constexpr std::size_t kCallTextBytes = 160;
+struct CallDescriptor {
+  std::int64_t kind;
+  std::int64_t reduce;
+  std::int64_t count;
+  std::int64_t dtype;
+  std::int64_t root;
+  char text[kCallTextBytes];  // NUL-terminated
+};
+static_assert(std::is_trivially_copyable<CallDescriptor>::value, "sent as raw bytes");
+
+CallDescriptor describe(const CollectiveCall& call) {
+  CallDescriptor d{};
+  d.kind = static_cast<std::int64_t>(call.kind);
+  d.reduce = static_cast<std::int64_t>(call.reduce);
+  d.count = call.count;
+  d.dtype = static_cast<std::int64_t>(call.dtype);
+  d.root = call.root;
+  std::string text = call.str();
+  if (text.size() >= kCallTextBytes) text = text.substr(0, kCallTextBytes - 4) + "...";
+  std::memcpy(d.text, text.data(), text.size());
+  return d;
+}
+
+CollectiveCall call_of(const CallDescriptor& d) {
+  CollectiveCall call;
+  call.kind = static_cast<CollectiveKind>(d.kind);
+  call.reduce = static_cast<ReduceOp>(d.reduce);
+  call.count = d.count;
+  call.dtype = static_cast<DType>(d.dtype);
+  call.root = static_cast<int>(d.root);
+  return call;
+}
+
 template <class T>
 void reduce_typed(T* out, const T* in, std::int64_t count, ReduceOp op) {
   if (op == ReduceOp::sum) {
@@ -61,6 +100,22 @@ void reduce_typed(T* out, const T* in, std::int64_t count, ReduceOp op) {
 }
 
 }  // namespace
+
+void check_same_call(const CollectiveCall& call, int size, const AllGatherBytes& all_gather_bytes) {
+  const CallDescriptor mine = describe(call);
+  std::vector<CallDescriptor> all(static_cast<std::size_t>(size));
+  all_gather_bytes(&mine, all.data(), sizeof(CallDescriptor));
+  const CollectiveCall first = call_of(all[0]);
+  bool same = true;
+  for (const CallDescriptor& d : all) same = same && call_of(d).same_as(first);
+  if (same) return;
+  std::string message = "collective mismatch: the ranks of a group of " + std::to_string(size) +
+                        " issued different calls:";
+  for (int r = 0; r < size; ++r) {
+    message += "\n  rank " + std::to_string(r) + " calls " + all[static_cast<std::size_t>(r)].text;
+  }
+  throw CommError(message);
+}
 
 void reduce_into(void* out, const void* in, std::int64_t count, DType dtype, ReduceOp op) {
   switch (dtype) {

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,13 @@ class Communicator {
 // Checks that `call` is well formed for a group of `size` ranks (count divisible by size where
 // the kind needs it, a valid root, a floating dtype for reductions); throws ArgumentError.
 void validate_call(const CollectiveCall& call, int size, int rank);
+
+// The consistency check of the communicators whose ranks cannot read each other's calls (MpiComm,
+// NcclComm): every rank describes its call in a fixed-size record, `all_gather_bytes(mine, all,
+// bytes)` gives every rank every record (rank order), and a mismatch is a CommError on every rank
+// listing each rank's call. Runs before any data moves.
+using AllGatherBytes = std::function<void(const void* mine, void* all, std::size_t bytes)>;
+void check_same_call(const CollectiveCall& call, int size, const AllGatherBytes& all_gather_bytes);
 
 // The reduction helpers every implementation shares: out[i] (op)= in[i] for count elements.
 void reduce_into(void* out, const void* in, std::int64_t count, DType dtype, ReduceOp op);

@@ -7,10 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <type_traits>
 #include <vector>
 
-#include "parallel/spmd.h"
+#include "parallel/spmd_launch.h"
 
 namespace shardscope {
 
@@ -51,42 +50,6 @@ class MpiSession {
  private:
   bool owned_ = false;
 };
-
-// What every rank tells the others before a collective: the fields CollectiveCall::same_as
-// compares, and the call as text (truncated) so a mismatch message can name each rank's call site.
-constexpr std::size_t kCallTextBytes = 160;
-struct CallDescriptor {
-  std::int64_t kind;
-  std::int64_t reduce;
-  std::int64_t count;
-  std::int64_t dtype;
-  std::int64_t root;
-  char text[kCallTextBytes];  // NUL-terminated
-};
-static_assert(std::is_trivially_copyable<CallDescriptor>::value, "sent as raw bytes");
-
-CallDescriptor describe(const CollectiveCall& call) {
-  CallDescriptor d{};
-  d.kind = static_cast<std::int64_t>(call.kind);
-  d.reduce = static_cast<std::int64_t>(call.reduce);
-  d.count = call.count;
-  d.dtype = static_cast<std::int64_t>(call.dtype);
-  d.root = call.root;
-  std::string text = call.str();
-  if (text.size() >= kCallTextBytes) text = text.substr(0, kCallTextBytes - 4) + "...";
-  std::memcpy(d.text, text.data(), text.size());
-  return d;
-}
-
-CollectiveCall call_of(const CallDescriptor& d) {
-  CollectiveCall call;
-  call.kind = static_cast<CollectiveKind>(d.kind);
-  call.reduce = static_cast<ReduceOp>(d.reduce);
-  call.count = d.count;
-  call.dtype = static_cast<DType>(d.dtype);
-  call.root = static_cast<int>(d.root);
-  return call;
-}
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
@@ -151,20 +114,10 @@ void MpiComm::run(const CollectiveCall& call, const void* send, void* recv) {
 // One MPI_Allgather of fixed-size descriptors per collective: the price of a mismatch being an
 // error on every rank instead of undefined behaviour.
 void MpiComm::check_same_call(const CollectiveCall& call) {
-  const CallDescriptor mine = describe(call);
-  std::vector<CallDescriptor> all(static_cast<std::size_t>(size_));
-  constexpr int bytes = static_cast<int>(sizeof(CallDescriptor));
-  SHARDSCOPE_MPI_CHECK(MPI_Allgather(&mine, bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, comm_));
-  const CollectiveCall first = call_of(all[0]);
-  bool same = true;
-  for (const CallDescriptor& d : all) same = same && call_of(d).same_as(first);
-  if (same) return;
-  std::string message = "collective mismatch: the ranks of a group of " + std::to_string(size_) +
-                        " issued different calls:";
-  for (int r = 0; r < size_; ++r) {
-    message += "\n  rank " + std::to_string(r) + " calls " + all[static_cast<std::size_t>(r)].text;
-  }
-  throw CommError(message);
+  shardscope::check_same_call(call, size_, [this](const void* mine, void* all, std::size_t bytes) {
+    const int n = static_cast<int>(bytes);
+    SHARDSCOPE_MPI_CHECK(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, comm_));
+  });
 }
 
 void MpiComm::execute(const CollectiveCall& call, const void* send, void* recv) {
@@ -236,22 +189,9 @@ bool mpi_available() {
   return true;
 }
 
-namespace {
-
-// Every rank ends with a checked barrier: a rank whose function returned while another still waits
-// in a different collective makes a mismatch naming both calls, instead of a hang in MPI_Finalize.
-void finish_rank(Communicator& comm) {
-  CollectiveCall end;
-  end.kind = CollectiveKind::barrier;
-  end.site.op = "the end of the rank function";
-  comm.run(end, nullptr, nullptr);
-}
-
-}  // namespace
-
-// Declared in spmd.cpp. This process runs its own rank; a rank whose function throws ends the whole
-// job with its message (MpiComm::abort), so no rank waits for it. SpmdOptions::timeout does not
-// apply: MPI collectives have no time limit (mpirun --timeout bounds a whole job).
+// Declared in spmd_launch.h. This process runs its own rank; a rank whose function throws ends the
+// whole job with its message (MpiComm::abort), so no rank waits for it. SpmdOptions::timeout does
+// not apply: MPI collectives have no time limit (mpirun --timeout bounds a whole job).
 void run_spmd_mpi(int world, const SpmdOptions& /*options*/, const RankFn& fn) {
   ensure_mpi_initialized();
   int processes = 0;
@@ -261,15 +201,7 @@ void run_spmd_mpi(int world, const SpmdOptions& /*options*/, const RankFn& fn) {
                         std::to_string(processes) + " processes");
   }
   MpiComm comm(MPI_COMM_WORLD);
-  try {
-    Context ctx(comm.rank());
-    ProcessGroup group(ctx, comm);
-    RankEnv env{comm.rank(), world, ctx, comm, group};
-    fn(env);
-    finish_rank(comm);
-  } catch (const std::exception& e) {
-    comm.abort(e.what());
-  }
+  run_process_rank(comm, Device::cpu(), fn);
 }
 
 }  // namespace shardscope

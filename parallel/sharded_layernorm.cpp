@@ -2,11 +2,10 @@
 // group, forward and backward side by side) and the local one (each shard normalised alone).
 #include "parallel/sharded_layernorm.h"
 
-#include <cmath>
 #include <vector>
 
 #include "autograd/cpu/dispatch.h"
-#include "autograd/kernels/welford.h"
+#include "autograd/kernels/layernorm.h"
 #include "autograd/ops.h"
 #include "autograd/ops/record.h"
 
@@ -39,9 +38,8 @@ Tensor shard_statistics(const Tensor& x) {
   Tensor stats = Tensor::empty(x.ctx(), Shape{rows, kStatistics}, DType::f64);
   double* out = stats.data<double>();
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* in = x.data<T>() + r * w;
-    kernels::Welford<double> acc;
-    for (std::int64_t j = 0; j < w; ++j) kernels::welford_add(acc, static_cast<double>(in[j]));
+    const kernels::Welford<double> acc =
+        kernels::layernorm_row_statistics(x.data<T>() + r * w, w, 0, 1);
     out[r * kStatistics] = acc.count;
     out[r * kStatistics + 1] = acc.mean;
     out[r * kStatistics + 2] = acc.m2;
@@ -62,7 +60,7 @@ RowStatistics combine_statistics(const Tensor& gathered, int t, double eps) {
       full = kernels::welford_combine(full, kernels::Welford<double>{part[0], part[1], part[2]});
     }
     out.mean[at(r)] = full.mean;
-    out.rstd[at(r)] = 1.0 / std::sqrt(full.m2 / full.count + eps);
+    out.rstd[at(r)] = kernels::layernorm_rstd(full, eps);
   }
   return out;
 }
@@ -72,15 +70,10 @@ template <class T>
 void normalise_shard(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const RowStatistics& st, Tensor& y, Tensor& mean, Tensor& rstd) {
   const std::int64_t rows = row_count(x), w = x.dim(-1);
-  const T* g = gamma.data<T>();
-  const T* b = beta.data<T>();
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* in = x.data<T>() + r * w;
-    T* out = y.data<T>() + r * w;
     const double mu = st.mean[at(r)], inv = st.rstd[at(r)];
-    for (std::int64_t j = 0; j < w; ++j) {
-      out[j] = static_cast<T>((static_cast<double>(in[j]) - mu) * inv) * g[j] + b[j];
-    }
+    kernels::layernorm_normalise_row(x.data<T>() + r * w, gamma.data<T>(), beta.data<T>(),
+                                     y.data<T>() + r * w, w, 0, 1, mu, inv);
     mean.data<T>()[r] = static_cast<T>(mu);
     rstd.data<T>()[r] = static_cast<T>(inv);
   }
@@ -94,17 +87,11 @@ Tensor shard_row_sums(const Tensor& dy, const Tensor& x, const Tensor& gamma, co
   Tensor sums = Tensor::empty(x.ctx(), Shape{rows, kRowSums}, DType::f64);
   double* out = sums.data<double>();
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* in = x.data<T>() + r * w;
-    const T* gy = dy.data<T>() + r * w;
-    const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-    double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
-    for (std::int64_t j = 0; j < w; ++j) {
-      const double dxhat = static_cast<double>(gy[j]) * gamma.data<T>()[j];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * (in[j] - mu) * inv;
-    }
-    out[r * kRowSums] = sum_dxhat;
-    out[r * kRowSums + 1] = sum_dxhat_xhat;
+    const kernels::LayerNormRowSums s = kernels::layernorm_backward_row_sums(
+        dy.data<T>() + r * w, x.data<T>() + r * w, gamma.data<T>(), w, 0, 1, mean.data<T>()[r],
+        rstd.data<T>()[r]);
+    out[r * kRowSums] = s.dxhat;
+    out[r * kRowSums + 1] = s.dxhat_xhat;
   }
   return sums;
 }
@@ -126,12 +113,11 @@ void shard_gradients(const Tensor& dy, const Tensor& x, const Tensor& gamma, con
     const double mean_dxhat = sums.defined() ? sums.data<double>()[r * kRowSums] / f : 0.0;
     const double mean_dxhat_xhat = sums.defined() ? sums.data<double>()[r * kRowSums + 1] / f : 0.0;
     for (std::int64_t j = 0; j < w; ++j) {
-      const double xhat = (in[j] - mu) * inv;
-      dg[at(j)] += gy[j] * xhat;
-      db[at(j)] += gy[j];
-      if (!sums.defined()) continue;
-      const double dxhat = static_cast<double>(gy[j]) * g[j];
-      dx.data<T>()[r * w + j] = static_cast<T>(inv * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+      kernels::layernorm_param_grad_add(dg[at(j)], db[at(j)], gy[j], in[j], mu, inv);
+    }
+    if (sums.defined()) {
+      kernels::layernorm_backward_row(gy, in, g, dx.data<T>() + r * w, w, 0, 1, mu, inv, mean_dxhat,
+                                      mean_dxhat_xhat);
     }
   }
   for (std::int64_t j = 0; j < w; ++j) {

@@ -1,12 +1,14 @@
-// run_spmd over threads (and MPI where built).
+// run_spmd: the choice of launcher, and the launchers for ranks as threads and as processes.
 #include "parallel/spmd.h"
 
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <new>
 #include <thread>
 
+#include "parallel/spmd_launch.h"
 #include "parallel/thread_comm.h"
 
 namespace shardscope {
@@ -17,16 +19,38 @@ bool mpi_available() {
 }
 #endif
 
-void run_spmd_mpi(int world, const SpmdOptions& options, const RankFn& fn);  // mpi_comm.cpp
+bool nccl_available() {
+#ifdef SHARDSCOPE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
 
 const char* comm_kind_name(CommKind kind) {
-  return kind == CommKind::threads ? "threads" : "mpi";
+  switch (kind) {
+    case CommKind::threads:
+      return "threads";
+    case CommKind::mpi:
+      return "mpi";
+    case CommKind::nccl:
+      return "nccl";
+  }
+  return "?";
 }
 
 CommKind parse_comm_kind(const std::string& name) {
   if (name == "threads") return CommKind::threads;
   if (name == "mpi") return CommKind::mpi;
-  throw ArgumentError("--comm " + name + " is not a communicator: expected threads or mpi");
+  if (name == "nccl") return CommKind::nccl;
+  throw ArgumentError("--comm " + name + " is not a communicator: expected threads, mpi or nccl");
 }
 
 namespace {
@@ -37,21 +61,26 @@ std::string join_errors(const std::vector<SpmdError::RankError>& errors) {
   return out;
 }
 
-// One rank's thread: its Context, group and function, then a barrier so a rank that returns
-// while another still waits in a collective is a mismatch error at once, not a timeout.
-void run_thread_rank(int r, int world, Communicator& comm, const RankFn& fn,
+// The rank function in `ctx`, with out-of-memory named where it happened, then a barrier so a rank
+// that returns while another still waits in a collective is a mismatch error at once.
+void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn) {
+  ProcessGroup group(ctx, comm);
+  RankEnv env{comm.rank(), comm.size(), ctx, comm, group};
+  try {
+    fn(env);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory (std::bad_alloc) in " + ctx.where(ctx.current_op()));
+  }
+  ctx.set_current_op("end of the rank function");
+  group.barrier();
+}
+
+// One rank's thread: its Context and function; a failure is reported through `fail`.
+void run_thread_rank(int r, Device device, Communicator& comm, const RankFn& fn,
                      const std::function<void(int, const std::string&)>& fail) {
   try {
-    Context ctx(r);
-    ProcessGroup group(ctx, comm);
-    RankEnv env{r, world, ctx, comm, group};
-    try {
-      fn(env);
-    } catch (const std::bad_alloc&) {
-      throw Error("out of memory (std::bad_alloc) in " + ctx.where(ctx.current_op()));
-    }
-    ctx.set_current_op("end of the rank function");
-    group.barrier();
+    Context ctx(r, device);
+    run_rank_function(ctx, comm, fn);
   } catch (const std::exception& e) {
     fail(r, e.what());
   }
@@ -62,19 +91,9 @@ void run_thread_rank(int r, int world, Communicator& comm, const RankFn& fn,
 SpmdError::SpmdError(std::vector<RankError> errors)
     : Error(join_errors(errors)), errors_(std::move(errors)) {}
 
-void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
-  if (world < 1) throw ArgumentError("--degree must be >= 1, given " + std::to_string(world));
-  if (options.comm == CommKind::mpi) {
-#ifdef SHARDSCOPE_HAVE_MPI
-    run_spmd_mpi(world, options, fn);
-    return;
-#else
-    throw ArgumentError("--comm mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
-#endif
-  }
-  ThreadCommOptions comm_options;
-  comm_options.timeout = options.timeout;
-  std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
+void run_thread_ranks(std::vector<std::unique_ptr<Communicator>>& comms,
+                      const std::vector<Device>& devices, const RankFn& fn) {
+  const int world = static_cast<int>(comms.size());
   std::mutex mutex;
   std::vector<SpmdError::RankError> failures;  // in the order they happened
   auto fail = [&](int r, const std::string& message) {
@@ -87,9 +106,9 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
+    const auto u = static_cast<std::size_t>(r);
     try {
-      threads.emplace_back(
-          [&, r] { run_thread_rank(r, world, *comms[static_cast<std::size_t>(r)], fn, fail); });
+      threads.emplace_back([&, r, u] { run_thread_rank(r, devices[u], *comms[u], fn, fail); });
     } catch (const std::exception& e) {  // no thread for rank r: fail the group, join the rest
       fail(r, std::string("could not start the thread of rank ") + std::to_string(r) + ": " +
                   e.what());
@@ -98,6 +117,43 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   }
   for (std::thread& t : threads) t.join();
   if (!failures.empty()) throw SpmdError(std::move(failures));
+}
+
+void run_process_rank(Communicator& comm, Device device, const RankFn& fn) {
+  try {
+    Context ctx(comm.rank(), device);
+    run_rank_function(ctx, comm, fn);
+  } catch (const std::exception& e) {
+    comm.abort(e.what());
+  }
+}
+
+void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
+  if (world < 1) throw ArgumentError("--degree must be >= 1, given " + std::to_string(world));
+  switch (options.comm) {
+    case CommKind::mpi:
+#ifdef SHARDSCOPE_HAVE_MPI
+      run_spmd_mpi(world, options, fn);
+      return;
+#else
+      throw ArgumentError("--comm mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
+#endif
+    case CommKind::nccl:
+#ifdef SHARDSCOPE_HAVE_NCCL
+      run_spmd_nccl(world, options, fn);
+      return;
+#else
+      throw ArgumentError(
+          "--comm nccl: this build has no NCCL (it needs the CUDA toolkit's nvcc and NCCL at "
+          "configure time; see docs/user-guide.md)");
+#endif
+    case CommKind::threads:
+      break;
+  }
+  ThreadCommOptions comm_options;
+  comm_options.timeout = options.timeout;
+  std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
+  run_thread_ranks(comms, std::vector<Device>(static_cast<std::size_t>(world), Device::cpu()), fn);
 }
 
 }  // namespace shardscope

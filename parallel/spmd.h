@@ -1,8 +1,10 @@
-// run_spmd: runs the same rank function on every rank, as threads of this process (ThreadComm)
-// or as the processes of an MPI world (MpiComm, under mpirun). Each rank gets its own Context,
-// Communicator and ProcessGroup. A rank that throws marks its communicator failed, so the other
-// ranks' collectives end with a CommError instead of waiting; run_spmd then throws SpmdError with
-// every rank's error, the first failure first. Never a hang.
+// run_spmd: runs the same rank function on every rank, as threads of this process (ThreadComm),
+// as the processes of an MPI world (MpiComm, under mpirun), or on CUDA devices (NcclComm: one
+// thread per device, or one process per device under mpirun). Each rank gets its own Context
+// (with the CUDA backend of its device under NCCL), Communicator and ProcessGroup. A rank that
+// throws marks its communicator failed, so the other ranks' collectives end with a CommError
+// instead of waiting; run_spmd then throws SpmdError with every rank's error, the first failure
+// first. Never a hang.
 #pragma once
 
 #include <chrono>
@@ -16,11 +18,16 @@
 
 namespace shardscope {
 
-enum class CommKind { threads, mpi };
+enum class CommKind { threads, mpi, nccl };
 const char* comm_kind_name(CommKind kind);
-CommKind parse_comm_kind(const std::string& name);  // "threads" or "mpi"; ArgumentError otherwise
+// "threads", "mpi" or "nccl"; ArgumentError naming the accepted values otherwise.
+CommKind parse_comm_kind(const std::string& name);
 // True when this build has MpiComm.
 bool mpi_available();
+// True when this build has NcclComm (the CUDA toolkit with NCCL was found).
+bool nccl_available();
+// True when this process was started by mpirun / mpiexec (Open MPI, MPICH, PMIx environments).
+bool launched_by_mpirun();
 
 struct RankEnv {
   int rank;
@@ -34,7 +41,11 @@ using RankFn = std::function<void(RankEnv&)>;
 
 struct SpmdOptions {
   CommKind comm = CommKind::threads;
-  std::chrono::milliseconds timeout{10000};  // ThreadComm's wait limit inside one collective
+  std::chrono::milliseconds timeout{
+      10000};  // threads, nccl threads: the wait limit of a collective
+  // nccl: the host-side exchange before every NCCL call that checks every rank issues the same
+  // collective (ThreadComm and MpiComm always check).
+  bool check_calls = true;
 };
 
 class SpmdError : public Error {
@@ -54,7 +65,11 @@ class SpmdError : public Error {
 // a collective is an error at once. MPI: `world` must equal the MPI world size and this process
 // runs its own rank only; there a failing rank calls MPI_Abort, which ends every process of the
 // job with the rank's message (the one place the library ends the process: an MPI job cannot
-// recover a failed rank).
+// recover a failed rank). NCCL: under mpirun as MPI (one process per device, the device being the
+// process's rank on its node modulo the node's devices), otherwise as threads on devices
+// 0..world-1. Launch errors come before any rank starts, as ArgumentError: too few CUDA devices
+// ("--comm nccl needs 4 CUDA devices, found 0 (...)"), a build without MPI or NCCL, a wrong process
+// count.
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn);
 
 }  // namespace shardscope

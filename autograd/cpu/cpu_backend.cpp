@@ -8,7 +8,9 @@
 #include <new>
 
 #include "autograd/cpu/dispatch.h"
+#include "autograd/cuda/cuda_backend.h"
 #include "autograd/kernels/gelu.h"
+#include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
 
 namespace shardscope {
@@ -17,8 +19,7 @@ using cpu::dispatch_floating;
 
 std::unique_ptr<Backend> make_backend(Device device) {
   if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>();
-  throw ArgumentError("no backend for device " + device.str() +
-                      ": this build has the CPU backend only (the CUDA backend is a later part)");
+  return make_cuda_backend(device.index);
 }
 
 void* CpuBackend::allocate(std::size_t bytes) {
@@ -89,9 +90,8 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   const int r = src.rank();
   const std::size_t es = dtype_size(src.dtype());
   const std::vector<std::int64_t> in_strides = src.shape().strides();
-  // Walk the output in order; `in_step[d]` is how far the input moves for output dim d.
-  std::vector<std::int64_t> in_step(static_cast<std::size_t>(r)),
-      index(static_cast<std::size_t>(r), 0);
+  // `in_step[d]` is how far the input moves for output dim d.
+  std::vector<std::int64_t> in_step(static_cast<std::size_t>(r));
   for (int d = 0; d < r; ++d)
     in_step[static_cast<std::size_t>(d)] =
         in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])];
@@ -100,18 +100,13 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   const std::int64_t n = dst.numel();
   const std::int64_t last = r ? dst.shape()[r - 1] : 1;
   const std::int64_t last_step = r ? in_step[static_cast<std::size_t>(r - 1)] : 0;
-  std::int64_t offset = 0;  // input element offset of the current output row
   for (std::int64_t o = 0; o < n; o += last) {
+    // Input element offset of this output row (the CUDA kernel computes it per element).
+    const std::int64_t offset =
+        kernels::strided_index(o, r, dst.shape().dims().data(), in_step.data());
     for (std::int64_t j = 0; j < last; ++j) {
       std::memcpy(out + static_cast<std::size_t>(o + j) * es,
                   in + static_cast<std::size_t>(offset + j * last_step) * es, es);
-    }
-    for (int d = r - 2; d >= 0; --d) {  // advance the row counter, odometer style
-      const auto u = static_cast<std::size_t>(d);
-      offset += in_step[u];
-      if (++index[u] < dst.shape()[d]) break;
-      offset -= in_step[u] * index[u];
-      index[u] = 0;
     }
   }
 }
@@ -196,11 +191,11 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
   const Shape global = spec.global_shape.rank() ? spec.global_shape : local;
   const int r = local.rank();
   const std::vector<std::int64_t> gstride = global.strides();
-  auto offset = [&](int d) {
-    return spec.offset.empty() ? 0 : spec.offset[static_cast<std::size_t>(d)];
-  };
+  // Global linear index of the local tensor's first element.
+  std::int64_t origin = 0;
+  for (int d = 0; d < r && !spec.offset.empty(); ++d)
+    origin += spec.offset[static_cast<std::size_t>(d)] * gstride[static_cast<std::size_t>(d)];
   const std::int64_t last = r ? local[r - 1] : 1;
-  std::vector<std::int64_t> index(static_cast<std::size_t>(r), 0);
   auto* m = mask.data<std::uint8_t>();
   dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -209,19 +204,13 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     const T keep_scale = static_cast<T>(1.0 / (1.0 - spec.p));
     for (std::int64_t row = 0, n = x.numel(); row < n; row += last) {
       // Global linear index of this local row's first element.
-      std::int64_t base = r ? offset(r - 1) : 0;
-      for (int d = 0; d < r - 1; ++d)
-        base +=
-            (index[static_cast<std::size_t>(d)] + offset(d)) * gstride[static_cast<std::size_t>(d)];
+      const std::int64_t base =
+          origin + kernels::strided_index(row, r, local.dims().data(), gstride.data());
       for (std::int64_t j = 0; j < last; ++j) {
         const bool keep = kernels::dropout_keep(spec.seed, spec.stream, spec.step,
                                                 static_cast<std::uint64_t>(base + j), spec.p);
         m[row + j] = keep ? 1 : 0;
-        out[row + j] = keep ? in[row + j] * keep_scale : T(0);
-      }
-      for (int d = r - 2; d >= 0; --d) {
-        if (++index[static_cast<std::size_t>(d)] < local[d]) break;
-        index[static_cast<std::size_t>(d)] = 0;
+        out[row + j] = kernels::dropout_apply(in[row + j], keep, keep_scale);
       }
     }
   });
@@ -234,7 +223,9 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p
     const auto* m = mask.data<std::uint8_t>();
     T* o = dx.data<T>();
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
-    for (std::int64_t i = 0, n = dy.numel(); i < n; ++i) o[i] = m[i] ? g[i] * keep_scale : T(0);
+    for (std::int64_t i = 0, n = dy.numel(); i < n; ++i) {
+      o[i] = kernels::dropout_apply(g[i], m[i] != 0, keep_scale);
+    }
   });
 }
 

@@ -1,12 +1,12 @@
 // CpuBackend: reductions and the row-wise kernels (layernorm, softmax, losses).
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "autograd/cpu/cpu_backend.h"
 #include "autograd/cpu/dispatch.h"
-#include "autograd/kernels/welford.h"
+#include "autograd/kernels/layernorm.h"
+#include "autograd/kernels/losses.h"
+#include "autograd/kernels/softmax.h"
 
 namespace shardscope {
 
@@ -50,17 +50,12 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
   dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
-    const T* g = gamma.data<T>();
-    const T* b = beta.data<T>();
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* in = x.data<T>() + r * h;
-      T* out = y.data<T>() + r * h;
-      kernels::Welford<double> w;
-      for (std::int64_t j = 0; j < h; ++j) kernels::welford_add(w, static_cast<double>(in[j]));
-      const double inv = 1.0 / std::sqrt(w.m2 / static_cast<double>(h) + eps);
-      for (std::int64_t j = 0; j < h; ++j) {
-        out[j] = static_cast<T>((static_cast<double>(in[j]) - w.mean) * inv) * g[j] + b[j];
-      }
+      const kernels::Welford<double> w = kernels::layernorm_row_statistics(in, h, 0, 1);
+      const double inv = kernels::layernorm_rstd(w, eps);
+      kernels::layernorm_normalise_row(in, gamma.data<T>(), beta.data<T>(), y.data<T>() + r * h, h,
+                                       0, 1, w.mean, inv);
       mean.data<T>()[r] = static_cast<T>(w.mean);
       rstd.data<T>()[r] = static_cast<T>(inv);
     }
@@ -78,24 +73,16 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* in = x.data<T>() + r * h;
       const T* gy = dy.data<T>() + r * h;
-      T* out = dx.data<T>() + r * h;
       const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-      double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
+      const kernels::LayerNormRowSums sums =
+          kernels::layernorm_backward_row_sums(gy, in, g, h, 0, 1, mu, inv);
       for (std::int64_t j = 0; j < h; ++j) {
-        const double xhat = (in[j] - mu) * inv;
-        const double dxhat = static_cast<double>(gy[j]) * g[j];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * xhat;
-        dg[static_cast<std::size_t>(j)] += gy[j] * xhat;
-        db[static_cast<std::size_t>(j)] += gy[j];
+        kernels::layernorm_param_grad_add(dg[static_cast<std::size_t>(j)],
+                                          db[static_cast<std::size_t>(j)], gy[j], in[j], mu, inv);
       }
-      const double mean_dxhat = sum_dxhat / static_cast<double>(h);
-      const double mean_dxhat_xhat = sum_dxhat_xhat / static_cast<double>(h);
-      for (std::int64_t j = 0; j < h; ++j) {
-        const double xhat = (in[j] - mu) * inv;
-        const double dxhat = static_cast<double>(gy[j]) * g[j];
-        out[j] = static_cast<T>(inv * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-      }
+      const double n = static_cast<double>(h);
+      kernels::layernorm_backward_row(gy, in, g, dx.data<T>() + r * h, h, 0, 1, mu, inv,
+                                      sums.dxhat / n, sums.dxhat_xhat / n);
     }
     for (std::int64_t j = 0; j < h; ++j) {
       dgamma.data<T>()[j] = static_cast<T>(dg[static_cast<std::size_t>(j)]);
@@ -111,17 +98,10 @@ void CpuBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {
     const std::int64_t sq = causal ? x.dim(-2) : 1;
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* in = x.data<T>() + r * sk;
-      T* out = y.data<T>() + r * sk;
-      // Causal: query i (aligned to the end of the keys) sees keys 0 .. i + sk - sq.
-      const std::int64_t visible = causal ? (r % sq) + (sk - sq) + 1 : sk;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < visible; ++j) mx = std::max(mx, static_cast<double>(in[j]));
-      double total = 0.0;
-      for (std::int64_t j = 0; j < visible; ++j) total += std::exp(in[j] - mx);
-      for (std::int64_t j = 0; j < visible; ++j) {
-        out[j] = static_cast<T>(std::exp(in[j] - mx) / total);
-      }
-      for (std::int64_t j = visible; j < sk; ++j) out[j] = T(0);
+      const std::int64_t visible = kernels::softmax_visible(r, sq, sk, causal);
+      const double mx = kernels::row_max(in, visible, 0, 1);
+      const double total = kernels::row_sum_exp(in, visible, 0, 1, mx);
+      kernels::softmax_write_row(in, y.data<T>() + r * sk, sk, visible, 0, 1, mx, total);
     }
   });
 }
@@ -133,10 +113,8 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* p = y.data<T>() + r * sk;
       const T* g = dy.data<T>() + r * sk;
-      T* out = dx.data<T>() + r * sk;
-      double dot = 0.0;
-      for (std::int64_t j = 0; j < sk; ++j) dot += static_cast<double>(g[j]) * p[j];
-      for (std::int64_t j = 0; j < sk; ++j) out[j] = static_cast<T>(p[j] * (g[j] - dot));
+      const double dot = kernels::softmax_backward_dot(p, g, sk, 0, 1);
+      kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
     }
   });
 }
@@ -148,10 +126,7 @@ void CpuBackend::mse_forward(const Tensor& pred, const Tensor& target, Tensor& l
     const T* t = target.data<T>();
     double acc = 0.0;
     const std::int64_t n = pred.numel();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(p[i]) - t[i];
-      acc += d * d;
-    }
+    for (std::int64_t i = 0; i < n; ++i) acc += kernels::squared_error(p[i], t[i]);
     *loss.data<T>() = static_cast<T>(acc / static_cast<double>(n));
   });
 }
@@ -165,12 +140,10 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const std::int64_t*
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* in = logits.data<T>() + r * c;
       T* out = probs.data<T>() + r * c;
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < c; ++j) mx = std::max(mx, static_cast<double>(in[j]));
-      double z = 0.0;
-      for (std::int64_t j = 0; j < c; ++j) z += std::exp(in[j] - mx);
-      for (std::int64_t j = 0; j < c; ++j) out[j] = static_cast<T>(std::exp(in[j] - mx) / z);
-      total += std::log(z) + mx - in[targets[r]];
+      const double mx = kernels::row_max(in, c, 0, 1);
+      const double z = kernels::row_sum_exp(in, c, 0, 1, mx);
+      kernels::softmax_write_row(in, out, c, c, 0, 1, mx, z);
+      total += kernels::cross_entropy_row_loss(z, mx, in[targets[r]]);
     }
     *loss.data<T>() = static_cast<T>(total / static_cast<double>(rows));
   });
@@ -185,7 +158,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& probs, const std::int64_t*
       const T* p = probs.data<T>() + r * c;
       T* out = dlogits.data<T>() + r * c;
       for (std::int64_t j = 0; j < c; ++j) {
-        out[j] = static_cast<T>(scale * (p[j] - (j == targets[r] ? 1.0 : 0.0)));
+        out[j] = kernels::cross_entropy_grad(p[j], j == targets[r], scale);
       }
     }
   });

@@ -10,33 +10,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/apps/cli_testing.h"
+
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string command = std::string(SHARDSCOPE_EXE) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) r.output += buffer.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using shardscope::testing::count_lines;
+using shardscope::testing::Result;
+using shardscope::testing::run_cli;
 
 TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
   const Result r = run_cli("run --mode single --seq 16 --batch 2 --hidden 32 --heads 4 --steps 2");

@@ -1,0 +1,71 @@
+// CachingAllocator: keeps freed device blocks for reuse instead of returning them to the driver,
+// as cudaMalloc/cudaFree synchronise the device and are slow. Sizes round up to 512-byte classes;
+// a freed block goes to its class's free list and the next request of that class takes it back.
+// Host-only C++ over a RawAllocator, so its bookkeeping is tested on the CPU with a host stand-in.
+// Blocks are reused without waiting: every kernel of a backend runs on its one stream, so a block
+// freed and reallocated is used after the work that used it before, in stream order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace shardscope {
+
+// Where the blocks come from: cudaMalloc/cudaFree on a device, malloc/free in tests. allocate
+// throws when the memory is not there.
+class RawAllocator {
+ public:
+  virtual ~RawAllocator() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* data, std::size_t bytes) = 0;
+};
+
+struct AllocatorStats {
+  std::size_t in_use = 0;    // bytes of blocks handed out (rounded sizes)
+  std::size_t cached = 0;    // bytes of freed blocks kept for reuse
+  std::size_t reserved = 0;  // in_use + cached: what the raw allocator holds for us
+  std::size_t peak_in_use = 0;
+  std::size_t peak_reserved = 0;
+  std::uint64_t raw_allocations = 0;  // calls to RawAllocator::allocate
+  std::uint64_t reuses = 0;           // requests served from a free list
+};
+
+class CachingAllocator {
+ public:
+  static constexpr std::size_t kGranule = 512;
+
+  explicit CachingAllocator(RawAllocator& raw) : raw_(raw) {}
+  ~CachingAllocator();  // returns every block, cached or not, to the raw allocator
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // The size class of a request: bytes rounded up to a multiple of 512 (0 counts as 1).
+  static std::size_t size_class(std::size_t bytes);
+
+  // A block of at least `bytes`. When the raw allocator fails, the cache is emptied and the
+  // request tried once more before the error goes to the caller.
+  void* allocate(std::size_t bytes);
+  // Gives back a block from allocate; `bytes` is the size it was requested with. Throws
+  // StateError naming the pointer for a block freed twice, a pointer never allocated here, or a
+  // size that does not match the block's.
+  void deallocate(void* data, std::size_t bytes);
+  // Returns the cached blocks to the raw allocator.
+  void empty_cache();
+  AllocatorStats stats() const;
+
+ private:
+  void release_cached();  // with mutex_ held
+
+  RawAllocator& raw_;
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, std::size_t> in_use_;      // block -> size class
+  std::map<std::size_t, std::vector<void*>> cached_;   // size class -> free blocks
+  std::unordered_map<void*, std::size_t> cached_set_;  // free block -> size class
+  AllocatorStats stats_;
+};
+
+}  // namespace shardscope

@@ -1,0 +1,537 @@
+// CudaBackend: the kernel table on one CUDA device. Memory comes from a CachingAllocator over
+// cudaMalloc/cudaFree; GEMMs go to cuBLAS with the ColumnMajorGemm the CPU hands to OpenBLAS; the
+// other kernels (device_kernels.cuh) call the math in autograd/kernels/. All work runs on the
+// backend's one stream, so it is ordered; copy_to_host waits for it.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "autograd/cuda/caching_allocator.h"
+#include "autograd/cuda/check.h"
+#include "autograd/cuda/cuda_backend.h"
+#include "autograd/cuda/device_kernels.cuh"
+
+namespace shardscope {
+namespace {
+
+namespace k = cuda_kernels;
+using k::kThreads;
+
+// Blocks for a grid-stride loop over n items (the loop covers what the grid does not).
+unsigned grid_for(std::int64_t n) {
+  return static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+template <class F>
+void dispatch_floating(DType dtype, const char* kernel, F&& f) {
+  if (dtype == DType::f32) return f(float{});
+  if (dtype == DType::f64) return f(double{});
+  throw DTypeError(std::string("cuda kernel '") + kernel + "' needs f32 or f64, given " +
+                   dtype_name(dtype));
+}
+
+std::int64_t row_length(const Tensor& t) {
+  return t.rank() ? t.dim(-1) : 1;
+}
+
+int as_int(std::int64_t v, const char* what) {
+  if (v > INT_MAX) throw ArgumentError(std::string("cuBLAS: ") + what + " exceeds INT_MAX");
+  return static_cast<int>(v);
+}
+
+// cudaMalloc / cudaFree on the current device.
+class CudaRawAllocator final : public RawAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    SS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  // cudaFree fails only after an earlier sticky error, which the next checked call reports; it
+  // runs from destructors, so it does not throw.
+  void release(void* data, std::size_t) override { cudaFree(data); }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const CudaOptions& options) : device_(device), options_(options) {
+    SS_CUDA_CHECK(cudaSetDevice(device_));
+    SS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    SS_CUBLAS_CHECK(cublasCreate(&cublas_));
+    SS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  AllocatorStats memory_stats() const { return allocator_.stats(); }
+  cudaStream_t stream() const { return stream_; }
+
+  void* allocate(std::size_t bytes) override {
+    activate();
+    void* p = allocator_.allocate(bytes);
+    SS_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  }
+  void deallocate(void* data, std::size_t bytes) override { allocator_.deallocate(data, bytes); }
+  // From pageable host memory, cudaMemcpyAsync returns once the source is staged, so the caller
+  // may reuse it at once.
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    if (bytes) SS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    if (bytes) SS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    SS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) override;
+
+  void fill(Tensor& out, double value) override;
+  void copy(const Tensor& src, Tensor& dst) override {
+    activate();
+    if (src.raw_data() == dst.raw_data() || !src.bytes()) return;
+    SS_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.bytes(),
+                                  cudaMemcpyDeviceToDevice, stream_));
+  }
+  void permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) override;
+  void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
+                  std::int64_t dst_offset, std::int64_t count) override;
+
+  void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) override;
+  void mul(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(const Tensor& x, double alpha, Tensor& out) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
+
+  void sum_to_suffix(const Tensor& x, Tensor& out) override;
+  void sum_all(const Tensor& x, Tensor& out) override;
+
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                          const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) override;
+  void softmax_forward(const Tensor& x, bool causal, Tensor& y) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss) override;
+  void cross_entropy_forward(const Tensor& logits, const std::int64_t* targets, Tensor& probs,
+                             Tensor& loss) override;
+  void cross_entropy_backward(const Tensor& probs, const std::int64_t* targets, double scale,
+                              Tensor& dlogits) override;
+
+ private:
+  // Each thread has its own current device: make it ours before any call.
+  void activate() const { SS_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // A device copy of host class indices, freed in stream order after its last use.
+  struct DeviceTargets {
+    CudaBackend& backend;
+    std::size_t bytes;
+    std::int64_t* data;
+    DeviceTargets(CudaBackend& b, const std::int64_t* host, std::int64_t n)
+        : backend(b), bytes(static_cast<std::size_t>(n) * sizeof(std::int64_t)) {
+      data = static_cast<std::int64_t*>(b.allocate(bytes));
+      b.copy_from_host(data, host, bytes);
+    }
+    ~DeviceTargets() { backend.deallocate(data, bytes); }
+  };
+
+  int device_;
+  CudaOptions options_;
+  CudaRawAllocator raw_;
+  CachingAllocator allocator_{raw_};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+};
+
+void CudaBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) {
+  const ColumnMajorGemm g = to_column_major(desc);
+  if (g.m == 0 || g.n == 0) return;
+  activate();
+  const cublasOperation_t t1 = g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t t2 = g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = as_int(g.m, "m"), n = as_int(g.n, "n"), kk = as_int(g.k, "k");
+  const int l1 = as_int(g.ld_first, "ld"), l2 = as_int(g.ld_second, "ld");
+  const int lc = as_int(g.ldc, "ldc"), batch = as_int(g.batch, "batch");
+  // Column-major: the first operand is the row-major B, the second the row-major A.
+  if (dtype == DType::f32) {
+    const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+    const cublasComputeType_t compute =
+        options_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    SS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas_, t1, t2, m, n, kk, &alpha, b, CUDA_R_32F, l1,
+                                               g.stride_first, a, CUDA_R_32F, l2, g.stride_second,
+                                               &beta, c, CUDA_R_32F, lc, g.stride_c, batch, compute,
+                                               CUBLAS_GEMM_DEFAULT));
+  } else if (dtype == DType::f64) {
+    SS_CUBLAS_CHECK(cublasDgemmStridedBatched(
+        cublas_, t1, t2, m, n, kk, &g.alpha, static_cast<const double*>(b), l1, g.stride_first,
+        static_cast<const double*>(a), l2, g.stride_second, &g.beta, static_cast<double*>(c), lc,
+        g.stride_c, batch));
+  } else {
+    throw DTypeError(std::string("cuda gemm needs f32 or f64, given ") + dtype_name(dtype));
+  }
+}
+
+void CudaBackend::fill(Tensor& out, double value) {
+  activate();
+  const std::int64_t n = out.numel();
+  if (!n) return;
+  if (out.dtype() == DType::u8) {
+    SS_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), static_cast<int>(value),
+                                  static_cast<std::size_t>(n), stream_));
+    return;
+  }
+  dispatch_floating(out.dtype(), "fill", [&](auto tag) {
+    using T = decltype(tag);
+    k::fill<T><<<grid_for(n), kThreads, 0, stream_>>>(out.data<T>(), n, static_cast<T>(value));
+  });
+  SS_CUDA_CHECK_LAUNCH("fill");
+}
+
+// An index map over `dims` with `strides`; throws for more dims than the kernels take.
+k::IndexMap index_map(const std::vector<std::int64_t>& dims,
+                      const std::vector<std::int64_t>& strides, const char* kernel) {
+  if (dims.size() > static_cast<std::size_t>(k::kMaxDims)) {
+    throw ArgumentError(std::string("cuda kernel '") + kernel + "' takes at most " +
+                        std::to_string(k::kMaxDims) + " dims, given " +
+                        std::to_string(dims.size()));
+  }
+  k::IndexMap map;
+  map.rank = static_cast<int>(dims.size());
+  std::copy(dims.begin(), dims.end(), map.dims);
+  std::copy(strides.begin(), strides.end(), map.strides);
+  return map;
+}
+
+void CudaBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) {
+  activate();
+  const std::int64_t n = dst.numel();
+  if (!n) return;
+  const std::vector<std::int64_t> in_strides = src.shape().strides();
+  std::vector<std::int64_t> in_step(perm.size());
+  for (std::size_t d = 0; d < perm.size(); ++d)
+    in_step[d] = in_strides[static_cast<std::size_t>(perm[d])];
+  const k::IndexMap map = index_map(dst.shape().dims(), in_step, "permute");
+  const unsigned grid = grid_for(n);
+  switch (dtype_size(src.dtype())) {
+    case 1:
+      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint8_t*>(src.raw_data()),
+                                                 static_cast<std::uint8_t*>(dst.raw_data()), n,
+                                                 map);
+      break;
+    case 4:
+      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint32_t*>(src.raw_data()),
+                                                 static_cast<std::uint32_t*>(dst.raw_data()), n,
+                                                 map);
+      break;
+    default:
+      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint64_t*>(src.raw_data()),
+                                                 static_cast<std::uint64_t*>(dst.raw_data()), n,
+                                                 map);
+      break;
+  }
+  SS_CUDA_CHECK_LAUNCH("permute");
+}
+
+// `outer` rows of count * inner elements, with the source's and destination's row pitches: one
+// 2-D copy.
+void CudaBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
+                             std::int64_t dst_offset, std::int64_t count) {
+  activate();
+  const Shape& s = src.shape();
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= s[d];
+  for (int d = dim + 1; d < s.rank(); ++d) inner *= s[d];
+  const std::size_t es = dtype_size(src.dtype());
+  const auto width = static_cast<std::size_t>(count * inner) * es;
+  if (!width || !outer) return;
+  const auto src_pitch = static_cast<std::size_t>(s[dim] * inner) * es;
+  const auto dst_pitch = static_cast<std::size_t>(dst.shape()[dim] * inner) * es;
+  const auto* in = static_cast<const unsigned char*>(src.raw_data()) +
+                   static_cast<std::size_t>(src_offset * inner) * es;
+  auto* out = static_cast<unsigned char*>(dst.raw_data()) +
+              static_cast<std::size_t>(dst_offset * inner) * es;
+  SS_CUDA_CHECK(cudaMemcpy2DAsync(out, dst_pitch, in, src_pitch, width,
+                                  static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice,
+                                  stream_));
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) {
+  activate();
+  const std::int64_t n = a.numel();
+  if (!n) return;
+  dispatch_floating(a.dtype(), "add", [&](auto tag) {
+    using T = decltype(tag);
+    k::add<T><<<grid_for(n), kThreads, 0, stream_>>>(a.data<T>(), b.data<T>(), out.data<T>(), n,
+                                                     b.numel(), static_cast<T>(alpha),
+                                                     static_cast<T>(beta));
+  });
+  SS_CUDA_CHECK_LAUNCH("add");
+}
+
+void CudaBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  activate();
+  const std::int64_t n = a.numel();
+  if (!n) return;
+  dispatch_floating(a.dtype(), "mul", [&](auto tag) {
+    using T = decltype(tag);
+    k::mul<T><<<grid_for(n), kThreads, 0, stream_>>>(a.data<T>(), b.data<T>(), out.data<T>(), n,
+                                                     b.numel());
+  });
+  SS_CUDA_CHECK_LAUNCH("mul");
+}
+
+void CudaBackend::scale(const Tensor& x, double alpha, Tensor& out) {
+  activate();
+  const std::int64_t n = x.numel();
+  if (!n) return;
+  dispatch_floating(x.dtype(), "scale", [&](auto tag) {
+    using T = decltype(tag);
+    k::scale<T><<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), out.data<T>(), n,
+                                                       static_cast<T>(alpha));
+  });
+  SS_CUDA_CHECK_LAUNCH("scale");
+}
+
+void CudaBackend::gelu_forward(const Tensor& x, Tensor& y) {
+  activate();
+  const std::int64_t n = x.numel();
+  if (!n) return;
+  dispatch_floating(x.dtype(), "gelu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::gelu_forward<T><<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(), n);
+  });
+  SS_CUDA_CHECK_LAUNCH("gelu_forward");
+}
+
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  activate();
+  const std::int64_t n = x.numel();
+  if (!n) return;
+  dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    k::gelu_backward<T>
+        <<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), dy.data<T>(), dx.data<T>(), n);
+  });
+  SS_CUDA_CHECK_LAUNCH("gelu_backward");
+}
+
+void CudaBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
+                                  Tensor& y) {
+  activate();
+  const std::int64_t n = x.numel();
+  if (!n) return;
+  const Shape& local = x.shape();
+  const Shape global = spec.global_shape.rank() ? spec.global_shape : local;
+  const std::vector<std::int64_t> gstride = global.strides();
+  std::int64_t origin = 0;  // the global index of the local tensor's first element
+  for (std::size_t d = 0; d < spec.offset.size(); ++d) origin += spec.offset[d] * gstride[d];
+  const k::IndexMap map = index_map(local.dims(), gstride, "dropout_forward");
+  dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::dropout_forward<T><<<grid_for(n), kThreads, 0, stream_>>>(
+        x.data<T>(), mask.data<std::uint8_t>(), y.data<T>(), n, map, origin, spec.seed, spec.stream,
+        spec.step, spec.p, static_cast<T>(1.0 / (1.0 - spec.p)));
+  });
+  SS_CUDA_CHECK_LAUNCH("dropout_forward");
+}
+
+void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) {
+  activate();
+  const std::int64_t n = dy.numel();
+  if (!n) return;
+  dispatch_floating(dy.dtype(), "dropout_backward", [&](auto tag) {
+    using T = decltype(tag);
+    k::dropout_backward<T><<<grid_for(n), kThreads, 0, stream_>>>(
+        dy.data<T>(), mask.data<std::uint8_t>(), dx.data<T>(), n, static_cast<T>(1.0 / (1.0 - p)));
+  });
+  SS_CUDA_CHECK_LAUNCH("dropout_backward");
+}
+
+void CudaBackend::sum_to_suffix(const Tensor& x, Tensor& out) {
+  activate();
+  const std::int64_t m = out.numel();
+  if (!m) return;
+  dispatch_floating(x.dtype(), "sum_to_suffix", [&](auto tag) {
+    using T = decltype(tag);
+    k::sum_to_suffix<T>
+        <<<grid_for(m), kThreads, 0, stream_>>>(x.data<T>(), out.data<T>(), x.numel(), m);
+  });
+  SS_CUDA_CHECK_LAUNCH("sum_to_suffix");
+}
+
+void CudaBackend::sum_all(const Tensor& x, Tensor& out) {
+  activate();
+  dispatch_floating(x.dtype(), "sum_all", [&](auto tag) {
+    using T = decltype(tag);
+    k::sum_all<T, T>
+        <<<1, kThreads, 0, stream_>>>(x.data<T>(), nullptr, out.data<T>(), x.numel(), 1.0);
+  });
+  SS_CUDA_CHECK_LAUNCH("sum_all");
+}
+
+void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  activate();
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  if (!rows) return;
+  dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::layernorm_forward<T>
+        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+            x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(), mean.data<T>(),
+            rstd.data<T>(), rows, h, eps);
+  });
+  SS_CUDA_CHECK_LAUNCH("layernorm_forward");
+}
+
+void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                     Tensor& dgamma, Tensor& dbeta) {
+  activate();
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  if (!h) return;
+  dispatch_floating(x.dtype(), "layernorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    if (rows) {
+      k::layernorm_backward_rows<T>
+          <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+              dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(),
+              dx.data<T>(), rows, h);
+    }
+    k::layernorm_param_grads<T><<<grid_for(h), kThreads, 0, stream_>>>(
+        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), dgamma.data<T>(),
+        dbeta.data<T>(), rows, h);
+  });
+  SS_CUDA_CHECK_LAUNCH("layernorm_backward");
+}
+
+void CudaBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {
+  activate();
+  const std::int64_t sk = row_length(x), rows = x.numel() / std::max<std::int64_t>(sk, 1);
+  const std::int64_t sq = causal ? x.dim(-2) : 1;
+  if (!rows) return;
+  dispatch_floating(x.dtype(), "softmax_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::softmax_forward<T>
+        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+            x.data<T>(), y.data<T>(), rows, sk, sq, causal, nullptr, nullptr);
+  });
+  SS_CUDA_CHECK_LAUNCH("softmax_forward");
+}
+
+void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  activate();
+  const std::int64_t sk = row_length(y), rows = y.numel() / std::max<std::int64_t>(sk, 1);
+  if (!rows) return;
+  dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    k::softmax_backward<T>
+        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+            y.data<T>(), dy.data<T>(), dx.data<T>(), rows, sk);
+  });
+  SS_CUDA_CHECK_LAUNCH("softmax_backward");
+}
+
+void CudaBackend::mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss) {
+  activate();
+  dispatch_floating(pred.dtype(), "mse_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::sum_all<T, T><<<1, kThreads, 0, stream_>>>(pred.data<T>(), target.data<T>(), loss.data<T>(),
+                                                  pred.numel(), static_cast<double>(pred.numel()));
+  });
+  SS_CUDA_CHECK_LAUNCH("mse_forward");
+}
+
+void CudaBackend::cross_entropy_forward(const Tensor& logits, const std::int64_t* targets,
+                                        Tensor& probs, Tensor& loss) {
+  activate();
+  const std::int64_t c = logits.dim(1), rows = logits.dim(0);
+  if (!rows) return;
+  const DeviceTargets device_targets(*this, targets, rows);
+  const auto loss_bytes = static_cast<std::size_t>(rows) * sizeof(double);
+  auto* row_loss = static_cast<double*>(allocate(loss_bytes));
+  dispatch_floating(logits.dtype(), "cross_entropy_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::softmax_forward<T>
+        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+            logits.data<T>(), probs.data<T>(), rows, c, 1, false, device_targets.data, row_loss);
+    k::sum_all<double, T><<<1, kThreads, 0, stream_>>>(row_loss, nullptr, loss.data<T>(), rows,
+                                                       static_cast<double>(rows));
+  });
+  deallocate(row_loss, loss_bytes);  // reused only by later work on this stream
+  SS_CUDA_CHECK_LAUNCH("cross_entropy_forward");
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& probs, const std::int64_t* targets,
+                                         double scale, Tensor& dlogits) {
+  activate();
+  const std::int64_t c = probs.dim(1), rows = probs.dim(0), n = probs.numel();
+  if (!n) return;
+  const DeviceTargets device_targets(*this, targets, rows);
+  dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    k::cross_entropy_backward<T><<<grid_for(n), kThreads, 0, stream_>>>(
+        probs.data<T>(), device_targets.data, scale, dlogits.data<T>(), n, c);
+  });
+  SS_CUDA_CHECK_LAUNCH("cross_entropy_backward");
+}
+
+}  // namespace
+
+bool cuda_backend_built() {
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions& options) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(std::string("no CUDA device: ") + cudaGetErrorString(status) + " (" +
+                cudaGetErrorName(status) + "; asked for cuda:" + std::to_string(index) + ")");
+  }
+  if (index < 0 || index >= count) {
+    throw Error("no CUDA device cuda:" + std::to_string(index) + ": this machine has " +
+                std::to_string(count) + " (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
+  }
+  return std::make_unique<CudaBackend>(index, options);
+}
+
+namespace {
+
+const CudaBackend& as_cuda(const Backend& backend, const char* caller) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (!cuda) {
+    throw ArgumentError(std::string(caller) + ": backend '" + backend.name() +
+                        "' is not a CUDA backend");
+  }
+  return *cuda;
+}
+
+}  // namespace
+
+AllocatorStats cuda_memory_stats(const Backend& backend) {
+  return as_cuda(backend, "cuda_memory_stats").memory_stats();
+}
+
+void* cuda_backend_stream(const Backend& backend) {
+  return as_cuda(backend, "cuda_backend_stream").stream();
+}
+
+}  // namespace shardscope

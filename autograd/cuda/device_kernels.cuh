@@ -1,0 +1,245 @@
+// The CUDA kernels of CudaBackend. Each one is a thin launch shape (grid-stride loop over
+// elements, one block per row, or one thread per column) around the math in autograd/kernels/,
+// which the CPU backend calls too. Included by cuda_backend.cu only.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/kernels/gelu.h"
+#include "autograd/kernels/layernorm.h"
+#include "autograd/kernels/layout.h"
+#include "autograd/kernels/losses.h"
+#include "autograd/kernels/philox.h"
+#include "autograd/kernels/softmax.h"
+
+namespace shardscope::cuda_kernels {
+
+constexpr int kThreads = 256;  // threads per block; a power of two for block_reduce
+constexpr int kMaxDims = 8;    // the most dims permute and dropout index on the device
+
+// An index map passed by value: dims of the walked tensor and a stride for each.
+struct IndexMap {
+  int rank = 0;
+  std::int64_t dims[kMaxDims] = {};
+  std::int64_t strides[kMaxDims] = {};
+};
+
+#define SS_GRID_STRIDE(i, n)                                                          \
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += std::int64_t(blockDim.x) * gridDim.x)
+#define SS_BLOCK_PER_ROW(row, rows) \
+  for (std::int64_t row = blockIdx.x; row < (rows); row += gridDim.x)
+
+struct SumOp {
+  template <class V>
+  __device__ V operator()(const V& a, const V& b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  __device__ double operator()(double a, double b) const { return kernels::max_of(a, b); }
+};
+struct WelfordOp {
+  __device__ kernels::Welford<double> operator()(const kernels::Welford<double>& a,
+                                                 const kernels::Welford<double>& b) const {
+    return kernels::welford_combine(a, b);
+  }
+};
+
+// Combines one value per thread of the block with `op` in a fixed tree order; every thread gets
+// the result. All threads of the block must call it.
+template <class V, class Op>
+__device__ V block_reduce(V value, Op op) {
+  __shared__ alignas(16) unsigned char storage[kThreads * sizeof(V)];
+  V* shared = reinterpret_cast<V*>(storage);
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width)
+      shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + width]);
+    __syncthreads();
+  }
+  const V result = shared[0];
+  __syncthreads();  // the storage is reused by the next call
+  return result;
+}
+
+// ---- layout and elementwise -------------------------------------------------------------------
+
+template <class T>
+__global__ void fill(T* out, std::int64_t n, T value) {
+  SS_GRID_STRIDE(i, n) out[i] = value;
+}
+
+// Word is an unsigned integer of the element size: permute moves bits, not values.
+template <class Word>
+__global__ void permute(const Word* in, Word* out, std::int64_t n, IndexMap out_to_in) {
+  SS_GRID_STRIDE(i, n) {
+    out[i] = in[kernels::strided_index(i, out_to_in.rank, out_to_in.dims, out_to_in.strides)];
+  }
+}
+
+// out = alpha a + beta b, b repeating every nb elements (a suffix of a's shape).
+template <class T>
+__global__ void add(const T* a, const T* b, T* out, std::int64_t n, std::int64_t nb, T alpha,
+                    T beta) {
+  SS_GRID_STRIDE(i, n) out[i] = alpha * a[i] + beta * b[i % nb];
+}
+
+template <class T>
+__global__ void mul(const T* a, const T* b, T* out, std::int64_t n, std::int64_t nb) {
+  SS_GRID_STRIDE(i, n) out[i] = a[i] * b[i % nb];
+}
+
+template <class T>
+__global__ void scale(const T* x, T* out, std::int64_t n, T alpha) {
+  SS_GRID_STRIDE(i, n) out[i] = alpha * x[i];
+}
+
+template <class T>
+__global__ void gelu_forward(const T* x, T* y, std::int64_t n) {
+  SS_GRID_STRIDE(i, n) y[i] = kernels::gelu(x[i]);
+}
+
+template <class T>
+__global__ void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  SS_GRID_STRIDE(i, n) dx[i] = dy[i] * kernels::gelu_grad(x[i]);
+}
+
+// local_to_global maps a local linear index to its offset from `origin` in the global tensor.
+template <class T>
+__global__ void dropout_forward(const T* x, std::uint8_t* mask, T* y, std::int64_t n,
+                                IndexMap local_to_global, std::int64_t origin, std::uint64_t seed,
+                                std::uint32_t stream, std::uint32_t step, double p, T keep_scale) {
+  SS_GRID_STRIDE(i, n) {
+    const std::int64_t global =
+        origin + kernels::strided_index(i, local_to_global.rank, local_to_global.dims,
+                                        local_to_global.strides);
+    const bool keep =
+        kernels::dropout_keep(seed, stream, step, static_cast<std::uint64_t>(global), p);
+    mask[i] = keep ? 1 : 0;
+    y[i] = kernels::dropout_apply(x[i], keep, keep_scale);
+  }
+}
+
+template <class T>
+__global__ void dropout_backward(const T* dy, const std::uint8_t* mask, T* dx, std::int64_t n,
+                                 T keep_scale) {
+  SS_GRID_STRIDE(i, n) dx[i] = kernels::dropout_apply(dy[i], mask[i] != 0, keep_scale);
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+// One thread per output column j: out[j] = sum over rows of x[row * m + j], in row order.
+template <class T>
+__global__ void sum_to_suffix(const T* x, T* out, std::int64_t n, std::int64_t m) {
+  SS_GRID_STRIDE(j, m) {
+    double acc = 0.0;
+    for (std::int64_t i = j; i < n; i += m) acc += x[i];
+    out[j] = static_cast<T>(acc);
+  }
+}
+
+// One block: out = sum(x) / divisor, or with a target sum((x - target)^2) / divisor (MSE).
+template <class In, class Out>
+__global__ void sum_all(const In* x, const In* target, Out* out, std::int64_t n, double divisor) {
+  double acc = 0.0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    acc += target ? kernels::squared_error(x[i], target[i]) : static_cast<double>(x[i]);
+  }
+  acc = block_reduce(acc, SumOp{});
+  if (threadIdx.x == 0) *out = static_cast<Out>(acc / divisor);
+}
+
+// ---- row-wise: one block per row --------------------------------------------------------------
+
+template <class T>
+__global__ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                                  std::int64_t rows, std::int64_t h, double eps) {
+  SS_BLOCK_PER_ROW(r, rows) {
+    const T* in = x + r * h;
+    kernels::Welford<double> w = kernels::layernorm_row_statistics(in, h, threadIdx.x, blockDim.x);
+    w = block_reduce(w, WelfordOp{});
+    const double inv = kernels::layernorm_rstd(w, eps);
+    kernels::layernorm_normalise_row(in, gamma, beta, y + r * h, h, threadIdx.x, blockDim.x, w.mean,
+                                     inv);
+    if (threadIdx.x == 0) {
+      mean[r] = static_cast<T>(w.mean);
+      rstd[r] = static_cast<T>(inv);
+    }
+  }
+}
+
+template <class T>
+__global__ void layernorm_backward_rows(const T* dy, const T* x, const T* gamma, const T* mean,
+                                        const T* rstd, T* dx, std::int64_t rows, std::int64_t h) {
+  SS_BLOCK_PER_ROW(r, rows) {
+    const double mu = mean[r], inv = rstd[r];
+    kernels::LayerNormRowSums s = kernels::layernorm_backward_row_sums(
+        dy + r * h, x + r * h, gamma, h, threadIdx.x, blockDim.x, mu, inv);
+    s = block_reduce(s, SumOp{});
+    const double n = static_cast<double>(h);
+    kernels::layernorm_backward_row(dy + r * h, x + r * h, gamma, dx + r * h, h, threadIdx.x,
+                                    blockDim.x, mu, inv, s.dxhat / n, s.dxhat_xhat / n);
+  }
+}
+
+// One thread per column: dgamma[j], dbeta[j] summed over rows in row order, as on the CPU.
+template <class T>
+__global__ void layernorm_param_grads(const T* dy, const T* x, const T* mean, const T* rstd,
+                                      T* dgamma, T* dbeta, std::int64_t rows, std::int64_t h) {
+  SS_GRID_STRIDE(j, h) {
+    double dg = 0.0, db = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      kernels::layernorm_param_grad_add(dg, db, dy[r * h + j], x[r * h + j],
+                                        static_cast<double>(mean[r]), static_cast<double>(rstd[r]));
+    }
+    dgamma[j] = static_cast<T>(dg);
+    dbeta[j] = static_cast<T>(db);
+  }
+}
+
+// Softmax of each row (s_q = 1 and causal = false for plain rows). With row_loss set, the rows
+// are cross-entropy logits and row_loss[r] receives -log softmax(x)[targets[r]].
+template <class T>
+__global__ void softmax_forward(const T* x, T* y, std::int64_t rows, std::int64_t s_k,
+                                std::int64_t s_q, bool causal, const std::int64_t* targets,
+                                double* row_loss) {
+  SS_BLOCK_PER_ROW(r, rows) {
+    const T* in = x + r * s_k;
+    const std::int64_t visible = kernels::softmax_visible(r, s_q, s_k, causal);
+    double mx = kernels::row_max(in, visible, threadIdx.x, blockDim.x);
+    mx = block_reduce(mx, MaxOp{});
+    double total = kernels::row_sum_exp(in, visible, threadIdx.x, blockDim.x, mx);
+    total = block_reduce(total, SumOp{});
+    kernels::softmax_write_row(in, y + r * s_k, s_k, visible, threadIdx.x, blockDim.x, mx, total);
+    if (row_loss && threadIdx.x == 0) {
+      row_loss[r] = kernels::cross_entropy_row_loss(total, mx, in[targets[r]]);
+    }
+  }
+}
+
+template <class T>
+__global__ void softmax_backward(const T* y, const T* dy, T* dx, std::int64_t rows,
+                                 std::int64_t s_k) {
+  SS_BLOCK_PER_ROW(r, rows) {
+    double dot =
+        kernels::softmax_backward_dot(y + r * s_k, dy + r * s_k, s_k, threadIdx.x, blockDim.x);
+    dot = block_reduce(dot, SumOp{});
+    kernels::softmax_backward_row(y + r * s_k, dy + r * s_k, dx + r * s_k, s_k, threadIdx.x,
+                                  blockDim.x, dot);
+  }
+}
+
+template <class T>
+__global__ void cross_entropy_backward(const T* probs, const std::int64_t* targets, double scale,
+                                       T* dlogits, std::int64_t n, std::int64_t c) {
+  SS_GRID_STRIDE(i, n) {
+    dlogits[i] = kernels::cross_entropy_grad(probs[i], i % c == targets[i / c], scale);
+  }
+}
+
+#undef SS_GRID_STRIDE
+#undef SS_BLOCK_PER_ROW
+
+}  // namespace shardscope::cuda_kernels

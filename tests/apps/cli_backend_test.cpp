@@ -1,0 +1,104 @@
+// End-to-end: `shardscope run --backend` and `--comm nccl`. Flags that cannot work together and
+// unknown names exit 2 with one line naming the accepted values or the flag to change. On a
+// machine with too few CUDA devices (this test asks the CUDA runtime itself, so it knows which case
+// it is in) a CUDA run exits 2 with one line saying how many devices it needs and found, and why;
+// with enough devices it runs, prints the backend banner and passes its check.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/apps/cli_testing.h"
+
+#include "parallel/gpu_info.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+using shardscope::testing::count_lines;
+using shardscope::testing::Result;
+using shardscope::testing::run_cli;
+
+constexpr const char* kSmall = " --seq 16 --batch 2 --hidden 32 --heads 4 --steps 1";
+
+TEST(CliBackend, UnknownOrIncompatibleChoicesExit2WithOneLine) {
+  struct Case {
+    const char* args;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"run --backend bogus", "--backend bogus is not a backend: expected cpu or cuda"},
+      {"run --backend cuda --comm threads", "--backend cuda needs --comm nccl"},
+      {"run --backend cuda --comm mpi", "--backend cuda needs --comm nccl"},
+      {"run --backend cpu --comm nccl", "--comm nccl moves CUDA device memory"},
+      {"run --comm smoke-signals", "expected threads, mpi or nccl"},
+      {"run --no-call-check", "--no-call-check applies to --comm nccl"},
+      {"debug --backend cuda", "--backend must be cpu, given cuda"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, StartsWith("shardscope: ")) << c.args;
+    EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.args;
+    EXPECT_EQ(count_lines(r.output), 1) << c.args << "\n" << r.output;
+  }
+}
+
+// `run --backend cuda` (one device) and `run --comm nccl --degree 2` (two): a clear launch error
+// where the devices are missing, a checked run where they are there.
+TEST(CliBackend, CudaRunsNeedTheirDevices) {
+  const shardscope::CudaDeviceCount found = shardscope::count_cuda_devices();
+  struct Case {
+    std::string args;
+    int devices;
+  };
+  const Case cases[] = {
+      {std::string("run --backend cuda") + kSmall, 1},
+      {std::string("run --comm nccl --mode tp --degree 2") + kSmall, 2},
+      {std::string("run --backend cuda --comm nccl --mode ulysses --degree 2") + kSmall, 2},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(c.args);
+    if (found.count < c.devices) {
+      EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+      EXPECT_THAT(r.output, StartsWith("shardscope: --backend cuda (--comm nccl"));
+      EXPECT_THAT(r.output, HasSubstr("needs " + std::to_string(c.devices) + " CUDA device"));
+      EXPECT_THAT(r.output, HasSubstr("found " + std::to_string(found.count)));
+      if (found.count == 0) {
+        EXPECT_THAT(r.output, HasSubstr(found.why_none));
+      }
+      EXPECT_EQ(count_lines(r.output), 1) << c.args << "\n" << r.output;
+    } else {
+      EXPECT_EQ(r.exit_code, 0) << c.args << "\n" << r.output;
+      EXPECT_THAT(r.output, StartsWith("backend cuda:\n"));
+      EXPECT_THAT(r.output, HasSubstr("NCCL "));
+      EXPECT_THAT(r.output, HasSubstr("backend cuda\n"));  // the end of the run's header line
+      EXPECT_THAT(r.output, HasSubstr("match"));
+    }
+  }
+}
+
+TEST(CliBackend, TheReportNamesTheBackend) {
+  const auto path = std::filesystem::temp_directory_path() / "shardscope_backend_report.json";
+  std::filesystem::remove(path);
+  const Result r = run_cli(std::string("run") + kSmall + " --report " + path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("backend cpu\n"));
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << "no report at " << path;
+  const nlohmann::json j = nlohmann::json::parse(file);
+  EXPECT_EQ(j["config"]["backend"], "cpu");
+  EXPECT_EQ(j["config"]["comm"], "threads");
+  EXPECT_EQ(j["config"]["call_check"], false);
+  std::filesystem::remove(path);
+}
+
+}  // namespace

@@ -1,0 +1,203 @@
+// CachingAllocator bookkeeping on the CPU: a host RawAllocator stands in for cudaMalloc/cudaFree.
+#include "autograd/cuda/caching_allocator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <sstream>
+
+#include "autograd/cuda/cuda_backend.h"
+#include "autograd/errors.h"
+
+namespace shardscope {
+namespace {
+
+// malloc/free that records what is outstanding and can be given a capacity.
+class HostRawAllocator final : public RawAllocator {
+ public:
+  explicit HostRawAllocator(std::size_t capacity = SIZE_MAX) : capacity_(capacity) {}
+  ~HostRawAllocator() override { EXPECT_TRUE(live_.empty()) << live_.size() << " blocks leaked"; }
+
+  void* allocate(std::size_t bytes) override {
+    if (held_ + bytes > capacity_) throw std::bad_alloc();
+    void* p = std::malloc(bytes);
+    live_[p] = bytes;
+    held_ += bytes;
+    ++allocations;
+    return p;
+  }
+  void release(void* data, std::size_t bytes) override {
+    EXPECT_EQ(live_.at(data), bytes);
+    live_.erase(data);
+    held_ -= bytes;
+    std::free(data);
+    ++releases;
+  }
+  std::size_t held() const { return held_; }
+
+  int allocations = 0;
+  int releases = 0;
+
+ private:
+  std::size_t capacity_;
+  std::size_t held_ = 0;
+  std::map<void*, std::size_t> live_;
+};
+
+std::string pointer_text(const void* p) {
+  std::ostringstream s;
+  s << p;
+  return s.str();
+}
+
+TEST(CachingAllocator, RoundsRequestsUpTo512ByteClasses) {
+  EXPECT_EQ(CachingAllocator::size_class(0), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(1), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(512), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(513), 1024u);
+  EXPECT_EQ(CachingAllocator::size_class(4000), 4096u);
+
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw);
+  void* p = alloc.allocate(700);
+  EXPECT_EQ(raw.held(), 1024u);
+  EXPECT_EQ(alloc.stats().in_use, 1024u);
+  alloc.deallocate(p, 700);
+}
+
+TEST(CachingAllocator, ReusesAFreedBlockOfTheSameClass) {
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw);
+  void* a = alloc.allocate(1000);
+  alloc.deallocate(a, 1000);
+  EXPECT_EQ(raw.releases, 0);  // kept, not returned
+
+  void* b = alloc.allocate(600);  // the same 1024-byte class
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(raw.allocations, 1);
+  void* c = alloc.allocate(2000);  // another class: a new block
+  EXPECT_NE(c, a);
+  EXPECT_EQ(raw.allocations, 2);
+
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.raw_allocations, 2u);
+  EXPECT_EQ(s.reuses, 1u);
+  alloc.deallocate(b, 600);
+  alloc.deallocate(c, 2000);
+}
+
+TEST(CachingAllocator, TracksInUseCachedReservedAndPeaks) {
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw);
+  void* a = alloc.allocate(512);
+  void* b = alloc.allocate(1024);
+  alloc.deallocate(a, 512);
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.in_use, 1024u);
+  EXPECT_EQ(s.cached, 512u);
+  EXPECT_EQ(s.reserved, 1536u);
+  EXPECT_EQ(s.peak_in_use, 1536u);
+  EXPECT_EQ(s.peak_reserved, 1536u);
+
+  alloc.deallocate(b, 1024);
+  s = alloc.stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_EQ(s.cached, 1536u);
+  EXPECT_EQ(s.reserved, 1536u);
+  EXPECT_EQ(s.peak_in_use, 1536u);
+  EXPECT_EQ(raw.held(), 1536u);
+}
+
+TEST(CachingAllocator, EmptyCacheReturnsOnlyFreeBlocks) {
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw);
+  void* kept = alloc.allocate(100);
+  void* freed = alloc.allocate(5000);
+  alloc.deallocate(freed, 5000);
+  alloc.empty_cache();
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.cached, 0u);
+  EXPECT_EQ(s.reserved, 512u);
+  EXPECT_EQ(s.in_use, 512u);
+  EXPECT_EQ(raw.held(), 512u);
+  EXPECT_EQ(raw.releases, 1);
+  alloc.deallocate(kept, 100);
+}
+
+TEST(CachingAllocator, ReleasesEverythingWhenDestroyed) {
+  HostRawAllocator raw;
+  {
+    CachingAllocator alloc(raw);
+    alloc.allocate(10);  // still in use at destruction
+    alloc.deallocate(alloc.allocate(3000), 3000);
+  }
+  EXPECT_EQ(raw.held(), 0u);
+  EXPECT_EQ(raw.releases, 2);
+}
+
+TEST(CachingAllocator, FreesTheCacheAndRetriesWhenTheRawAllocatorIsFull) {
+  HostRawAllocator raw(2048);
+  CachingAllocator alloc(raw);
+  alloc.deallocate(alloc.allocate(1536), 1536);  // 1536 bytes cached
+  void* p = alloc.allocate(1024);                // does not fit beside the cache
+  EXPECT_EQ(alloc.stats().cached, 0u);
+  EXPECT_EQ(alloc.stats().reserved, 1024u);
+  EXPECT_THROW(alloc.allocate(2048), std::bad_alloc);  // nothing left to free: the error stays
+  alloc.deallocate(p, 1024);
+}
+
+TEST(CachingAllocator, DoubleFreeUnknownPointerAndWrongSizeNameThePointer) {
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw);
+  void* p = alloc.allocate(64);
+  try {
+    alloc.deallocate(p, 4096);
+    ADD_FAILURE() << "a wrong size must throw";
+  } catch (const StateError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(pointer_text(p)));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("freed as 4096 bytes"));
+  }
+  alloc.deallocate(p, 64);
+  try {
+    alloc.deallocate(p, 64);
+    ADD_FAILURE() << "a double free must throw";
+  } catch (const StateError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(pointer_text(p)));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("freed twice"));
+  }
+  int local = 0;
+  try {
+    alloc.deallocate(&local, 4);
+    ADD_FAILURE() << "an unknown pointer must throw";
+  } catch (const StateError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(pointer_text(&local)));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("did not allocate"));
+  }
+}
+
+// Without a CUDA build or a device, a cuda backend is a clear error and the device count is 0.
+TEST(CudaEntryPoints, NoDeviceIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: tests/cuda covers it";
+  try {
+    make_cuda_backend(0);
+    ADD_FAILURE() << "make_cuda_backend must throw without a device";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (cuda_backend_built()) {
+      EXPECT_THAT(what, ::testing::StartsWith("no CUDA device"));
+    } else {
+      EXPECT_THAT(what, ::testing::HasSubstr("this build has no CUDA backend"));
+    }
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+  }
+  EXPECT_FALSE(cuda_device_report().empty());
+  const std::unique_ptr<Backend> cpu = make_backend(Device::cpu());
+  EXPECT_THROW(cuda_memory_stats(*cpu), ArgumentError);
+  EXPECT_THROW(cuda_backend_stream(*cpu), ArgumentError);
+}
+
+}  // namespace
+}  // namespace shardscope

@@ -1,0 +1,112 @@
+// The row kernels in autograd/kernels/ split a row into pieces (first, step): the CPU runs one
+// piece (0, 1), a CUDA block one piece per thread and then combines them. These tests run the
+// block's split on the CPU and check that it gives the sequential result, so the combination the
+// CUDA kernels rely on is tested without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "autograd/kernels/layernorm.h"
+#include "autograd/kernels/layout.h"
+#include "autograd/kernels/softmax.h"
+
+namespace shardscope {
+namespace {
+
+// Pieces combined in a different order from the sequential loop: a few roundings of O(1) values.
+constexpr double kReorderTol = 1e-12;
+constexpr std::int64_t kThreads = 8;  // a small "block"
+
+std::vector<double> row_values(std::int64_t n) {
+  std::vector<double> x(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j)
+    x[static_cast<std::size_t>(j)] = std::sin(0.7 * static_cast<double>(j)) * 3 + 1;
+  return x;
+}
+
+// Pairwise tree over the per-thread values, as cuda_kernels::block_reduce combines them.
+template <class V, class Op>
+V tree_reduce(std::vector<V> v, Op op) {
+  for (std::size_t width = v.size() / 2; width > 0; width /= 2) {
+    for (std::size_t t = 0; t < width; ++t) v[t] = op(v[t], v[t + width]);
+  }
+  return v[0];
+}
+
+TEST(RowKernels, LayerNormStatisticsFromPiecesMatchTheSequentialRow) {
+  for (std::int64_t n : {1, 5, 8, 37, 300}) {
+    const std::vector<double> x = row_values(n);
+    const kernels::Welford<double> whole = kernels::layernorm_row_statistics(x.data(), n, 0, 1);
+    std::vector<kernels::Welford<double>> pieces;
+    for (std::int64_t t = 0; t < kThreads; ++t)
+      pieces.push_back(kernels::layernorm_row_statistics(x.data(), n, t, kThreads));
+    const kernels::Welford<double> combined = tree_reduce(
+        pieces, [](const auto& a, const auto& b) { return kernels::welford_combine(a, b); });
+    EXPECT_EQ(combined.count, whole.count) << "n = " << n;
+    EXPECT_NEAR(combined.mean, whole.mean, kReorderTol) << "n = " << n;
+    EXPECT_NEAR(combined.m2, whole.m2, kReorderTol * static_cast<double>(n)) << "n = " << n;
+  }
+}
+
+TEST(RowKernels, LayerNormBackwardSumsFromPiecesMatchTheSequentialRow) {
+  const std::int64_t n = 45;
+  const std::vector<double> x = row_values(n), dy = row_values(n + 3), gamma = row_values(n + 7);
+  const kernels::LayerNormRowSums whole =
+      kernels::layernorm_backward_row_sums(dy.data(), x.data(), gamma.data(), n, 0, 1, 0.3, 1.7);
+  std::vector<kernels::LayerNormRowSums> pieces;
+  for (std::int64_t t = 0; t < kThreads; ++t) {
+    pieces.push_back(kernels::layernorm_backward_row_sums(dy.data(), x.data(), gamma.data(), n, t,
+                                                          kThreads, 0.3, 1.7));
+  }
+  const auto combined = tree_reduce(pieces, [](const auto& a, const auto& b) { return a + b; });
+  EXPECT_NEAR(combined.dxhat, whole.dxhat, kReorderTol * static_cast<double>(n));
+  EXPECT_NEAR(combined.dxhat_xhat, whole.dxhat_xhat, kReorderTol * static_cast<double>(n));
+}
+
+TEST(RowKernels, SoftmaxPiecesWriteTheSequentialRowIncludingTheCausalMask) {
+  const std::int64_t s_q = 6, s_k = 9;
+  const std::vector<double> x = row_values(s_k);
+  for (std::int64_t row = 0; row < s_q; ++row) {
+    const std::int64_t visible = kernels::softmax_visible(row, s_q, s_k, true);
+    EXPECT_EQ(visible, row + 4);
+    std::vector<double> whole(static_cast<std::size_t>(s_k)), split(whole.size());
+    const double mx = kernels::row_max(x.data(), visible, 0, 1);
+    kernels::softmax_write_row(x.data(), whole.data(), s_k, visible, 0, 1, mx,
+                               kernels::row_sum_exp(x.data(), visible, 0, 1, mx));
+    std::vector<double> maxima, sums;
+    for (std::int64_t t = 0; t < kThreads; ++t)
+      maxima.push_back(kernels::row_max(x.data(), visible, t, kThreads));
+    const double block_max = tree_reduce(maxima, kernels::max_of);
+    EXPECT_EQ(block_max, mx);
+    for (std::int64_t t = 0; t < kThreads; ++t)
+      sums.push_back(kernels::row_sum_exp(x.data(), visible, t, kThreads, block_max));
+    const double total = tree_reduce(sums, [](double a, double b) { return a + b; });
+    for (std::int64_t t = 0; t < kThreads; ++t)
+      kernels::softmax_write_row(x.data(), split.data(), s_k, visible, t, kThreads, block_max,
+                                 total);
+    for (std::int64_t j = 0; j < s_k; ++j) {
+      EXPECT_NEAR(split[static_cast<std::size_t>(j)], whole[static_cast<std::size_t>(j)],
+                  kReorderTol);
+      if (j >= visible) {
+        EXPECT_EQ(split[static_cast<std::size_t>(j)], 0.0);
+      }
+    }
+  }
+}
+
+TEST(RowKernels, StridedIndexMapsPermutesAndShardOffsets) {
+  // A [2, 3] tensor transposed to [3, 2]: output (i, j) reads input (j, i) at j * 3 + i.
+  const std::int64_t out_dims[] = {3, 2}, in_step[] = {1, 3};
+  const std::int64_t expected[] = {0, 3, 1, 4, 2, 5};
+  for (std::int64_t o = 0; o < 6; ++o)
+    EXPECT_EQ(kernels::strided_index(o, 2, out_dims, in_step), expected[o]);
+  // A [2, 2] shard at (1, 2) of a [4, 5] tensor: local element (1, 1) is global (2, 3) = 13.
+  const std::int64_t local_dims[] = {2, 2}, global_strides[] = {5, 1};
+  const std::int64_t origin = 1 * 5 + 2;
+  EXPECT_EQ(origin + kernels::strided_index(3, 2, local_dims, global_strides), 13);
+}
+
+}  // namespace
+}  // namespace shardscope

@@ -1,0 +1,227 @@
+// The CUDA backend against the CPU backend: every op of the kernel table on the same random
+// inputs, forward and backward, in f32 and f64, then a Transformer layer. Every test skips with
+// "no CUDA device: ..." on a machine without a GPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "autograd/context.h"
+#include "autograd/cuda/cuda_backend.h"
+#include "autograd/errors.h"
+#include "autograd/ops.h"
+#include "autograd/tensor.h"
+#include "parallel/transformer_layer.h"
+
+namespace shardscope {
+
+// ctest's names read "GetParam() = f32" (found by argument-dependent lookup, so outside the
+// anonymous namespace).
+void PrintTo(DType dtype, std::ostream* os) {
+  *os << dtype_name(dtype);
+}
+
+namespace {
+
+// |gpu - cpu| <= atol + rtol |cpu| per element. f32: the GPU sums in another order (block
+// reductions, cuBLAS) and its exp/tanh differ in the last bits: a few f32 roundings (6e-8 each)
+// of O(1) values over sums of up to a few hundred terms. f64: the same in f64 (1e-16 each).
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance tolerance(DType dtype) {
+  return dtype == DType::f32 ? Tolerance{2e-5, 2e-5} : Tolerance{1e-12, 1e-12};
+}
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const std::string& what) {
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const std::vector<double> g = gpu.to_vector(), c = cpu.to_vector();
+  const Tolerance tol = tolerance(dtype);
+  int shown = 0;
+  for (std::size_t i = 0; i < c.size() && shown < 5; ++i) {
+    if (!(std::abs(g[i] - c[i]) <= tol.atol + tol.rtol * std::abs(c[i]))) {
+      ADD_FAILURE() << what << " [" << dtype_name(dtype) << "] element " << i << ": cuda " << g[i]
+                    << ", cpu " << c[i];
+      ++shown;
+    }
+  }
+}
+
+// A build runs the same computation in a context and returns the tensors to compare.
+using Build = std::function<std::vector<Tensor>(Context&, DType)>;
+
+class CudaVsCpu : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) {
+      GTEST_SKIP() << "no CUDA device: " << cuda_device_report();
+    }
+    gpu_ = std::make_unique<Context>(0, Device::cuda(0));
+  }
+
+  void compare(const Build& build, const std::string& what) {
+    const std::vector<Tensor> want = build(cpu_, GetParam());
+    const std::vector<Tensor> got = build(*gpu_, GetParam());
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      expect_close(got[i], want[i], GetParam(), what + " output " + std::to_string(i));
+    }
+  }
+
+  Context cpu_;
+  std::unique_ptr<Context> gpu_;
+};
+
+Tensor leaf(Context& ctx, const Shape& shape, std::uint64_t seed, DType dtype) {
+  Tensor t = Tensor::randn(ctx, shape, seed, 1.0, dtype);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// y, then backward of sum(y * w) for a random w, then the leaves' gradients.
+std::vector<Tensor> with_grads(Context& ctx, const Tensor& y, const std::vector<Tensor>& leaves) {
+  const Tensor w = Tensor::randn(ctx, y.shape(), 99, 1.0, y.dtype());
+  sum(mul(y, w)).backward();
+  std::vector<Tensor> out{y};
+  for (const Tensor& l : leaves) out.push_back(l.grad());
+  return out;
+}
+
+TEST_P(CudaVsCpu, MatmulForwardAndBackward) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor a = leaf(ctx, {4, 5, 7}, 1, dt), b = leaf(ctx, {7, 3}, 2, dt);
+        const Tensor c = leaf(ctx, {4, 3, 7}, 3, dt);
+        const Tensor y = matmul(matmul(a, b), c);  // shared b, then a batched product
+        const Tensor z = matmul(a, leaf(ctx, {4, 5, 7}, 4, dt), true);  // transposed b
+        std::vector<Tensor> out = with_grads(ctx, y, {a, b, c});
+        out.push_back(z);
+        return out;
+      },
+      "matmul");
+}
+
+TEST_P(CudaVsCpu, ElementwiseOpsForwardAndBackward) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {3, 4, 6}, 1, dt), bias = leaf(ctx, {6}, 2, dt);
+        const Tensor g = leaf(ctx, {4, 6}, 3, dt);
+        const Tensor y = gelu(scale(mul(add(x, bias), g), 0.7));  // broadcasts: sum_to_suffix
+        return with_grads(ctx, y, {x, bias, g});
+      },
+      "add/mul/scale/gelu");
+}
+
+TEST_P(CudaVsCpu, DropoutDrawsTheSameMaskAtAShardOffset) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {4, 3, 10}, 1, dt);
+        DropoutSpec spec;
+        spec.p = 0.3;
+        spec.seed = 7;
+        spec.stream = dropout_stream(2, 1);
+        spec.step = 5;
+        spec.global_shape = Shape{8, 3, 20};
+        spec.offset = {4, 0, 10};
+        return with_grads(ctx, dropout(x, spec), {x});
+      },
+      "dropout");
+}
+
+TEST_P(CudaVsCpu, LayerNormForwardAndBackward) {
+  for (std::int64_t h : {1, 7, 300, 1000}) {
+    compare(
+        [h](Context& ctx, DType dt) {
+          const Tensor x = leaf(ctx, {3, 5, h}, 1, dt), gamma = leaf(ctx, {h}, 2, dt);
+          const Tensor beta = leaf(ctx, {h}, 3, dt);
+          return with_grads(ctx, layernorm(x, gamma, beta), {x, gamma, beta});
+        },
+        "layernorm h=" + std::to_string(h));
+  }
+}
+
+TEST_P(CudaVsCpu, SoftmaxCausalAndPlainForwardAndBackward) {
+  for (bool causal : {false, true}) {
+    compare(
+        [causal](Context& ctx, DType dt) {
+          const Tensor x = leaf(ctx, {2, 6, 9}, 1, dt);
+          return with_grads(ctx, softmax(scale(x, 3.0), causal), {x});
+        },
+        causal ? "causal softmax" : "softmax");
+  }
+  compare(
+      [](Context& ctx, DType dt) {
+        return with_grads(ctx, softmax(leaf(ctx, {3, 700}, 4, dt)), {});
+      },
+      "softmax of long rows");
+}
+
+TEST_P(CudaVsCpu, LayoutOpsMoveTheSameElements) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {2, 3, 4, 5}, 1, dt);
+        const Tensor p = permute(x, {2, 0, 3, 1});
+        const std::vector<Tensor> parts = split(x, 2, {1, 3});
+        const Tensor joined = concat({parts[1], parts[0]}, 2);
+        std::vector<Tensor> out = with_grads(ctx, add(permute(joined, {2, 0, 3, 1}), p), {x});
+        out.push_back(Tensor::full(ctx, {3, 3}, 2.5, dt));
+        out.push_back(Tensor::zeros(ctx, {1000}, dt));
+        return out;
+      },
+      "permute/split/concat/fill");
+}
+
+TEST_P(CudaVsCpu, ReductionsAndLosses) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {40, 33}, 1, dt), t = Tensor::randn(ctx, {40, 33}, 2, 1.0, dt);
+        const Tensor logits = leaf(ctx, {6, 11}, 3, dt);
+        const std::vector<std::int64_t> targets{0, 10, 3, 3, 7, 1};
+        const Tensor loss =
+            add(add(mse_loss(x, t), cross_entropy(logits, targets)), scale(mean(x), 0.5));
+        loss.backward();
+        return std::vector<Tensor>{loss, sum(x), x.grad(), logits.grad()};
+      },
+      "sum/mean/mse/cross_entropy");
+}
+
+TEST_P(CudaVsCpu, TransformerLayerForwardAndBackward) {
+  compare(
+      [](Context& ctx, DType dt) {
+        LayerConfig config;
+        config.seq = 8;
+        config.batch = 2;
+        config.hidden = 32;
+        config.heads = 4;
+        config.dtype = dt;
+        const TransformerLayer layer(config, make_layer_weights(ctx, config));
+        const Tensor x = leaf(ctx, {config.seq, config.batch, config.hidden}, 11, dt);
+        const LayerWeights& w = layer.weights();
+        return with_grads(ctx, layer.forward(x),
+                          {x, w.ln1_weight, w.qkv_weight, w.proj_bias, w.fc1_weight, w.fc2_weight});
+      },
+      "transformer layer");
+}
+
+TEST_P(CudaVsCpu, CachingAllocatorReusesFreedBlocks) {
+  const std::size_t before = cuda_memory_stats(gpu_->backend()).raw_allocations;
+  for (int i = 0; i < 10; ++i) Tensor::zeros(*gpu_, {256}, GetParam());
+  const AllocatorStats s = cuda_memory_stats(gpu_->backend());
+  EXPECT_LE(s.raw_allocations, before + 1);
+  EXPECT_GE(s.reuses, 9u);
+  EXPECT_THROW(cuda_memory_stats(cpu_.backend()), ArgumentError);
+  EXPECT_NE(cuda_backend_stream(gpu_->backend()), nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaVsCpu, ::testing::Values(DType::f32, DType::f64),
+                         [](const ::testing::TestParamInfo<DType>& param_info) {
+                           return std::string(dtype_name(param_info.param));
+                         });
+
+}  // namespace
+}  // namespace shardscope
