@@ -1,15 +1,11 @@
 // gpu_info from the CUDA runtime API and NCCL (a build with CUDA and NCCL).
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "autograd/cuda/cuda_backend.h"
 #include "parallel/gpu_info.h"
 
 namespace shardscope {
 namespace {
-
-std::string cuda_error_text(const char* call, cudaError_t code) {
-  return std::string(call) + ": " + cudaGetErrorName(code) + ": " + cudaGetErrorString(code);
-}
 
 // 22809 -> "2.28.9"
 std::string nccl_version_text(int code) {
@@ -20,14 +16,9 @@ std::string nccl_version_text(int code) {
 }  // namespace
 
 CudaDeviceCount count_cuda_devices() {
-  int count = 0;
-  const cudaError_t code = cudaGetDeviceCount(&count);
-  if (code != cudaSuccess) {
-    cudaGetLastError();  // clear the error, so later runtime calls do not report it again
-    return {0, cuda_error_text("cudaGetDeviceCount", code)};
-  }
-  if (count == 0) return {0, "cudaGetDeviceCount reports no device"};
-  return {count, ""};
+  CudaDeviceCount found;
+  found.count = cuda_device_count(&found.why_none);  // the CUDA backend's one runtime query
+  return found;
 }
 
 std::string nccl_version_report() {

@@ -30,8 +30,9 @@ inline CudaOptions cuda_options_from_env() {
 // True when this build compiled the CUDA backend.
 bool cuda_backend_built();
 
-// The number of visible CUDA devices; 0 without a driver, a device or a CUDA build.
-int cuda_device_count();
+// The number of visible CUDA devices; 0 without a driver, a device or a CUDA build, and then
+// `why_none` (when given) receives the reason ("cudaGetDeviceCount: cudaErrorNoDevice: ...").
+int cuda_device_count(std::string* why_none = nullptr);
 
 // One line per device plus the driver, runtime and cuBLAS versions, for the CLI to print; says
 // why there is nothing when there is no CUDA build or no device.

@@ -16,12 +16,18 @@ std::string version_string(int v) {  // CUDA's 1000 * major + 10 * minor
 
 }  // namespace
 
-int cuda_device_count() {
+int cuda_device_count(std::string* why_none) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  const cudaError_t code = cudaGetDeviceCount(&count);
+  if (code != cudaSuccess) {
     cudaGetLastError();  // clear the error so later calls do not see it
+    if (why_none) {
+      *why_none = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(code) + ": " +
+                  cudaGetErrorString(code);
+    }
     return 0;
   }
+  if (count == 0 && why_none) *why_none = "cudaGetDeviceCount reports no device";
   return count;
 }
 

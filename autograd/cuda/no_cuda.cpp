@@ -8,7 +8,8 @@ bool cuda_backend_built() {
   return false;
 }
 
-int cuda_device_count() {
+int cuda_device_count(std::string* why_none) {
+  if (why_none) *why_none = "this build has no CUDA backend";
   return 0;
 }
 
