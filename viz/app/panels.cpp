@@ -1,7 +1,7 @@
 // The panels: ImGui calls only. Every shape comes from the view model; this file picks the
 // panel rectangles, turns view-model coordinates into screen coordinates and handles input.
 //
-// Index: draw helpers | layout | Controls | Shard layout | Tensor inspector | Collectives |
+// Index: layout | Controls | Shard layout | Tensor inspector | Collectives |
 //        Memory | Check
 #include "viz/app/panels.h"
 
@@ -12,104 +12,9 @@
 #include <cstdio>
 
 #include "autograd/errors.h"
+#include "viz/app/draw.h"
 
 namespace shardscope::viz {
-namespace {
-
-// ---- draw helpers ------------------------------------------------------------------------------
-
-// View-model coordinates are relative to a canvas's top left.
-struct Canvas {
-  ImDrawList* draw = nullptr;
-  ImVec2 origin;
-  PanelSize size;
-
-  ImVec2 at(float x, float y) const { return ImVec2(origin.x + x, origin.y + y); }
-  // The mouse in canvas coordinates, when it is over the canvas.
-  std::optional<ImVec2> mouse() const {
-    const ImVec2 m = ImGui::GetIO().MousePos;
-    const float x = m.x - origin.x, y = m.y - origin.y;
-    if (!ImGui::IsWindowHovered() || x < 0 || y < 0 || x >= size.width || y >= size.height) {
-      return std::nullopt;
-    }
-    return ImVec2(x, y);
-  }
-};
-
-// Claims the rest of the current window (less `reserve_y` pixels below) as a canvas.
-Canvas begin_canvas(float reserve_y = 0) {
-  Canvas c;
-  c.draw = ImGui::GetWindowDrawList();
-  c.origin = ImGui::GetCursorScreenPos();
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  c.size = {std::max(avail.x, 1.0f), std::max(avail.y - reserve_y, 1.0f)};
-  ImGui::InvisibleButton("canvas", ImVec2(c.size.width, c.size.height));
-  c.draw->PushClipRect(c.origin, c.at(c.size.width, c.size.height), true);
-  return c;
-}
-
-// The canvas begin_canvas will claim after one line of text.
-PanelSize size_below_a_line() {
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  return {std::max(avail.x, 1.0f), std::max(avail.y - ImGui::GetTextLineHeightWithSpacing(), 1.0f)};
-}
-
-void end_canvas(const Canvas& c) {
-  c.draw->PopClipRect();
-}
-
-void fill(const Canvas& c, const Rect& r, Color color) {
-  c.draw->AddRectFilled(c.at(r.x0, r.y0), c.at(r.x1, r.y1), color);
-}
-
-void outline(const Canvas& c, const Rect& r, Color color, float thickness = 1.0f) {
-  c.draw->AddRect(c.at(r.x0, r.y0), c.at(r.x1, r.y1), color, 0.0f, 0, thickness);
-}
-
-void text(const Canvas& c, const Label& l) {
-  c.draw->AddText(c.at(l.x, l.y), l.color, l.text.c_str());
-}
-
-void line(const Canvas& c, const Line& l) {
-  c.draw->AddLine(c.at(l.x0, l.y0), c.at(l.x1, l.y1), l.color, l.thickness);
-  if (!l.arrow) return;
-  const float dx = l.x1 - l.x0, dy = l.y1 - l.y0;
-  const float len = std::sqrt(dx * dx + dy * dy);
-  if (len < 1.0f) return;
-  const float ux = dx / len, uy = dy / len, head = 7.0f;
-  c.draw->AddTriangleFilled(
-      c.at(l.x1, l.y1),
-      c.at(l.x1 - ux * head - uy * head * 0.5f, l.y1 - uy * head + ux * head * 0.5f),
-      c.at(l.x1 - ux * head + uy * head * 0.5f, l.y1 - uy * head - ux * head * 0.5f), l.color);
-}
-
-// Diagonal hatching inside r: how a Partial summand is told apart from a shard.
-void hatch(const Canvas& c, const Rect& r, Color color) {
-  c.draw->PushClipRect(c.at(r.x0, r.y0), c.at(r.x1, r.y1), true);
-  const float step = 6.0f;
-  for (float d = -r.height(); d < r.width(); d += step) {
-    c.draw->AddLine(c.at(r.x0 + d, r.y1), c.at(r.x0 + d + r.height(), r.y0), color, 1.5f);
-  }
-  c.draw->PopClipRect();
-}
-
-ImVec4 to_float4(Color c) {
-  return ImGui::ColorConvertU32ToFloat4(c);
-}
-
-std::string bytes_text(double bytes) {
-  char buf[48];
-  if (bytes >= 1024.0 * 1024.0) {
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
-  } else if (bytes >= 1024.0) {
-    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  }
-  return buf;
-}
-
-}  // namespace
 
 // ---- layout ------------------------------------------------------------------------------------
 
@@ -424,14 +329,14 @@ void VizUi::collectives(const Rect& r) {
         ImGui::TableNextColumn();
         ImGui::Text("%d/%d", row.calls, row.model_calls);
         ImGui::TableNextColumn();
-        ImGui::Text("%s", bytes_text(row.bytes).c_str());
+        ImGui::Text("%s", byte_size_text(row.bytes).c_str());
         ImGui::TableNextColumn();
         // Short of the model while the step is still running is pending, not wrong.
         const bool pending = !row.matches && row.calls < row.model_calls && !snapshot_.finished;
         ImGui::TextColored(to_float4(row.matches ? theme::kPassed
                                      : pending   ? theme::kPending
                                                  : theme::kFailed),
-                           "%s", bytes_text(row.model_bytes).c_str());
+                           "%s", byte_size_text(row.model_bytes).c_str());
       }
       ImGui::EndTable();
     }
@@ -462,8 +367,8 @@ void VizUi::memory(const Rect& r) {
     ImGui::SameLine();
     ImGui::BeginChild("saved");
     ImGui::TextWrapped("rank %d saved activations: %s of %s (%s)", state_.rank,
-                       bytes_text(v.saved_total).c_str(), bytes_text(v.formula_total).c_str(),
-                       v.formula.c_str());
+                       byte_size_text(v.saved_total).c_str(),
+                       byte_size_text(v.formula_total).c_str(), v.formula.c_str());
     const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                   ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
     if (ImGui::BeginTable("terms", 4, flags)) {
@@ -479,10 +384,10 @@ void VizUi::memory(const Rect& r) {
         ImGui::TableNextColumn();
         ImGui::Text("%s", row.formula.c_str());
         ImGui::TableNextColumn();
-        ImGui::Text("%s", bytes_text(row.model_bytes).c_str());
+        ImGui::Text("%s", byte_size_text(row.model_bytes).c_str());
         ImGui::TableNextColumn();
         ImGui::TextColored(to_float4(row.complete ? theme::kPassed : theme::kPending), "%s",
-                           bytes_text(row.measured_bytes).c_str());
+                           byte_size_text(row.measured_bytes).c_str());
       }
       ImGui::EndTable();
     }
