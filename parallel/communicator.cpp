@@ -34,6 +34,18 @@ std::string CollectiveCall::str() const {
   return out + ") from " + site.str();
 }
 
+void Communicator::send(const void* /*data*/, std::size_t bytes, int peer) {
+  throw ArgumentError("rank " + std::to_string(rank()) + ": send of " + std::to_string(bytes) +
+                      " bytes to rank " + std::to_string(peer) + ": the " + backend_name() +
+                      " communicator has no point-to-point send (ranks as threads have one)");
+}
+
+void Communicator::recv(void* /*data*/, std::size_t bytes, int peer) {
+  throw ArgumentError("rank " + std::to_string(rank()) + ": recv of " + std::to_string(bytes) +
+                      " bytes from rank " + std::to_string(peer) + ": the " + backend_name() +
+                      " communicator has no point-to-point recv (ranks as threads have one)");
+}
+
 void validate_call(const CollectiveCall& call, int size, int rank) {
   auto fail = [&](const std::string& why) {
     throw ArgumentError("rank " + std::to_string(rank) + ": " + call.str() + ": " + why);

@@ -22,6 +22,8 @@
 
 namespace shardscope {
 
+class Context;
+
 // A collective failed: a mismatch between ranks, a rank that failed, or a timeout. Every rank of
 // the group gets one, with a message naming each rank's call.
 class CommError : public Error {
@@ -67,6 +69,16 @@ class Communicator {
   // Marks this rank failed so every rank waiting in, or later entering, a collective gets a
   // CommError naming it and `reason`. Used when a rank's function throws.
   virtual void abort(const std::string& reason) = 0;
+  // Called by the SPMD launchers with the rank's Context before its function runs. A device
+  // communicator orders its collectives after the work the context's backend has queued (NcclComm:
+  // an event on the CUDA backend's stream); host communicators need nothing.
+  virtual void attach(Context& /*ctx*/) {}
+  // Point-to-point, for the ring exercises of the labs. send copies `bytes` bytes into a mailbox
+  // of `peer` and returns (buffered, so a ring of sends cannot deadlock); recv waits for the oldest
+  // message from `peer`, which must have exactly `bytes` bytes. Messages between two ranks arrive
+  // in the order they were sent. Only ThreadComm has them; the others throw ArgumentError.
+  virtual void send(const void* data, std::size_t bytes, int peer);
+  virtual void recv(void* data, std::size_t bytes, int peer);
 };
 
 // Checks that `call` is well formed for a group of `size` ranks (count divisible by size where

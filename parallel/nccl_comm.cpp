@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "autograd/context.h"
+#include "autograd/cuda/cuda_backend.h"
 #include "parallel/thread_comm.h"
 
 namespace shardscope {
@@ -77,9 +79,10 @@ class DeviceScratch {
   void* data_ = nullptr;
 };
 
-std::unique_ptr<Communicator> join_nccl_group(std::unique_ptr<Communicator> host, int device,
-                                              const NcclOptions& options,
-                                              std::shared_ptr<NcclFailure> failure);
+class NcclComm;
+std::unique_ptr<NcclComm> join_nccl_group(std::unique_ptr<Communicator> host, int device,
+                                          const NcclOptions& options,
+                                          std::shared_ptr<NcclFailure> failure);
 
 class NcclComm final : public Communicator {
  public:
@@ -100,6 +103,7 @@ class NcclComm final : public Communicator {
   void run(const CollectiveCall& call, const void* send, void* recv) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort(const std::string& reason) override;
+  void attach(Context& ctx) override;
 
  private:
   void check_calls(const CollectiveCall& call);
@@ -109,28 +113,60 @@ class NcclComm final : public Communicator {
   void wait_until_done(const CollectiveCall& call);
   [[noreturn]] void fail_on_device(const std::string& message);
   void throw_if_unusable() const;
+  void order_after_compute();
 
   ncclComm_t comm_;
   int device_;
   std::unique_ptr<Communicator> host_;  // the same ranks on host memory: checks, barrier, split
   std::shared_ptr<NcclFailure> failure_;
   NcclOptions options_;
-  // The collectives run on the legacy default stream. The CUDA backend computes on a stream of
-  // its own (non-blocking, not reachable through the Communicator interface), so run() first
-  // waits for the whole device, and returns only once the collective finished: the engine is
-  // synchronous, and every kernel before and after a collective is ordered with it.
-  cudaStream_t stream_ = cudaStreamLegacy;
+  // The collectives run on a stream of their own. Before each one, an event recorded on the
+  // compute stream (the attached context's CUDA backend) makes this stream wait for the kernels
+  // that wrote the send buffer; run() returns once the collective finished, so the kernels after
+  // it are ordered too (the engine is synchronous). Without an attached context (a communicator
+  // used on its own), run() waits for the whole device instead. Made on first use, on the rank's
+  // thread, so that they belong to the rank's device.
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
 };
 
 NcclComm::~NcclComm() {
-  if (comm_ == nullptr) return;
   cudaSetDevice(device_);
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  if (comm_ == nullptr) {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    return;
+  }
   // After a failure a peer may never join an operation still queued: abort instead of waiting.
   if (failure_->message().empty()) {
     ncclCommDestroy(comm_);
   } else {
     ncclCommAbort(comm_);
   }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void NcclComm::attach(Context& ctx) {
+  if (ctx.device().kind != DeviceKind::cuda) {
+    throw ArgumentError("rank " + std::to_string(rank()) +
+                        ": the NCCL communicator needs a context on a CUDA device, given " +
+                        ctx.device().str());
+  }
+  compute_ = static_cast<cudaStream_t>(cuda_backend_stream(ctx.backend()));
+}
+
+void NcclComm::order_after_compute() {
+  if (stream_ == nullptr) {
+    SHARDSCOPE_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    SHARDSCOPE_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  }
+  if (compute_ == nullptr) {
+    SHARDSCOPE_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
+    return;
+  }
+  SHARDSCOPE_NCCL_CUDA_CHECK(cudaEventRecord(ready_, compute_));
+  SHARDSCOPE_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
 }
 
 void NcclComm::throw_if_unusable() const {
@@ -152,7 +188,7 @@ void NcclComm::run(const CollectiveCall& call, const void* send, void* recv) {
   }
   if (call.count == 0) return;
   SHARDSCOPE_NCCL_CUDA_CHECK(cudaSetDevice(device_));
-  SHARDSCOPE_NCCL_CUDA_CHECK(cudaDeviceSynchronize());  // the backend's work on the buffers
+  order_after_compute();  // the backend's work on the buffers comes first
   launch(call, send, recv);
   wait_until_done(call);
 }
@@ -285,7 +321,10 @@ std::unique_ptr<Communicator> NcclComm::split(int color, int key) {
   // The host split is a checked collective over every rank and orders the new ranks by (key,
   // rank); the NCCL communicator of each color is then bootstrapped over it.
   // The new group shares this run's failure state: a rank failing anywhere releases its waiters.
-  return join_nccl_group(host_->split(color, key), device_, options_, failure_);
+  std::unique_ptr<NcclComm> group =
+      join_nccl_group(host_->split(color, key), device_, options_, failure_);
+  group->compute_ = compute_;
+  return group;
 }
 
 void NcclComm::abort(const std::string& reason) {
@@ -295,9 +334,9 @@ void NcclComm::abort(const std::string& reason) {
 
 // Host rank 0 makes the unique id, the host communicator carries it to every rank, and each rank
 // joins on its device (ncclCommInitRank waits for every rank of the new communicator).
-std::unique_ptr<Communicator> join_nccl_group(std::unique_ptr<Communicator> host, int device,
-                                              const NcclOptions& options,
-                                              std::shared_ptr<NcclFailure> failure) {
+std::unique_ptr<NcclComm> join_nccl_group(std::unique_ptr<Communicator> host, int device,
+                                          const NcclOptions& options,
+                                          std::shared_ptr<NcclFailure> failure) {
   ncclUniqueId id{};
   if (host->rank() == 0) SHARDSCOPE_NCCL_CHECK(ncclGetUniqueId(&id));
   CollectiveCall share;

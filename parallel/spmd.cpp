@@ -64,6 +64,7 @@ std::string join_errors(const std::vector<SpmdError::RankError>& errors) {
 // The rank function in `ctx`, with out-of-memory named where it happened, then a barrier so a rank
 // that returns while another still waits in a collective is a mismatch error at once.
 void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn) {
+  comm.attach(ctx);
   ProcessGroup group(ctx, comm);
   RankEnv env{comm.rank(), comm.size(), ctx, comm, group};
   try {
