@@ -6,6 +6,7 @@
 
 #include "apps/check_command.h"
 #include "apps/debug_session.h"
+#include "apps/lab_command.h"
 #include "apps/mlp_ln_command.h"
 #include "apps/report.h"
 #include "apps/run.h"
@@ -44,6 +45,8 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
   CheckOptions check_options;
   CLI::App* check = add_check_subcommand(app, check_options);
+  LabOptions lab_options;
+  CLI::App* lab = add_lab_subcommand(app, lab_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -53,12 +56,14 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
             : debug->parsed()  ? "debug "
             : mlp_ln->parsed() ? "mlp-ln "
             : check->parsed()  ? "check "
+            : lab->parsed()    ? "lab "
                                : "")
         << "--help)\n";
     return 2;
   }
   if (mlp_ln->parsed()) return mlp_ln_main(mlp_ln_options, out, err);
   if (check->parsed()) return check_main(check_options, out, err);
+  if (lab->parsed()) return lab_main(lab_options, out, err);
   RunOptions options;
   try {  // flag values and their rules: exit 2
     options = flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);

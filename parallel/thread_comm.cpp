@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -27,6 +28,8 @@ class ThreadGroup {
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void run(int rank, const CollectiveCall& call, const void* send, void* recv);
+  void send(int from, int to, const void* data, std::size_t bytes);
+  void recv(int to, int from, void* data, std::size_t bytes);
   void abort(int rank, const std::string& reason);
   // Fails this group (if not failed yet) and every group split from it, waking their waiters.
   void fail_all(const std::string& message);
@@ -61,7 +64,49 @@ class ThreadGroup {
   std::uint64_t round_ = 0;
   std::string failure_;  // set once: the group is failed for good
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<ThreadGroup>> subgroups_;
+  // Point-to-point messages in flight, by (from, to), oldest first.
+  std::map<std::pair<int, int>, std::deque<std::vector<unsigned char>>> mailboxes_;
 };
+
+void check_peer(const char* what, int rank, int peer, int size) {
+  if (peer < 0 || peer >= size) {
+    throw ArgumentError("rank " + std::to_string(rank) + ": " + what + " with peer " +
+                        std::to_string(peer) + ", expected a rank in 0.." +
+                        std::to_string(size - 1));
+  }
+}
+
+void ThreadGroup::send(int from, int to, const void* data, std::size_t bytes) {
+  check_peer("send", from, to, size_);
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::vector<unsigned char> message(p, p + bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  throw_if_failed_locked();
+  mailboxes_[{from, to}].push_back(std::move(message));
+  cv_.notify_all();
+}
+
+void ThreadGroup::recv(int to, int from, void* data, std::size_t bytes) {
+  check_peer("recv", to, from, size_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::deque<std::vector<unsigned char>>& box = mailboxes_[{from, to}];
+  const bool arrived =
+      cv_.wait_for(lock, timeout_, [&] { return !box.empty() || !failure_.empty(); });
+  throw_if_failed_locked();
+  if (!arrived) {
+    fail_locked("rank " + std::to_string(to) + " waited " + std::to_string(timeout_.count()) +
+                " ms in recv of " + std::to_string(bytes) + " bytes from rank " +
+                std::to_string(from) + ", which sent nothing");
+  }
+  std::vector<unsigned char> message = std::move(box.front());
+  box.pop_front();
+  if (message.size() != bytes) {
+    fail_locked("rank " + std::to_string(to) + " called recv of " + std::to_string(bytes) +
+                " bytes from rank " + std::to_string(from) + ", whose message has " +
+                std::to_string(message.size()) + " bytes");
+  }
+  if (bytes) std::memcpy(data, message.data(), bytes);
+}
 
 void ThreadGroup::throw_if_failed_locked() const {
   if (!failure_.empty()) throw CommError(failure_);
@@ -240,6 +285,12 @@ class ThreadComm final : public Communicator {
     group_->run(rank_, call, send, recv);
   }
   void abort(const std::string& reason) override { group_->abort(rank_, reason); }
+  void send(const void* data, std::size_t bytes, int peer) override {
+    group_->send(rank_, peer, data, bytes);
+  }
+  void recv(void* data, std::size_t bytes, int peer) override {
+    group_->recv(rank_, peer, data, bytes);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:

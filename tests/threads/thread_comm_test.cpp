@@ -4,6 +4,7 @@
 // Failures (mismatch, a throwing rank, timeouts) are in spmd_test.cpp.
 #include "parallel/thread_comm.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -418,6 +419,60 @@ TEST(ThreadComm, MakeThreadCommsNeedsAtLeastOneRank) {
     EXPECT_EQ(comms[static_cast<std::size_t>(r)]->rank(), r);
     EXPECT_EQ(comms[static_cast<std::size_t>(r)]->size(), 3);
   }
+}
+
+// A ring of buffered sends: every rank sends to the next, then receives from the previous, twice;
+// messages between a pair arrive in order and carry their bytes unchanged.
+TEST(ThreadCommPointToPoint, RingOfSendsThenReceivesDeliversInOrder) {
+  const int t = 4;
+  run_spmd(t, bounded(), [&](RankEnv& env) {
+    const int next = (env.rank + 1) % t, prev = (env.rank + t - 1) % t;
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<double> mine{10.0 * env.rank + round, -1.0 * round};
+      env.comm.send(mine.data(), mine.size() * sizeof(double), next);
+    }
+    for (int round = 0; round < 2; ++round) {
+      std::vector<double> got(2);
+      env.comm.recv(got.data(), got.size() * sizeof(double), prev);
+      EXPECT_EQ(got, (std::vector<double>{10.0 * prev + round, -1.0 * round}))
+          << "rank " << env.rank << " round " << round;
+    }
+  });
+}
+
+TEST(ThreadCommPointToPoint, SizeMismatchIsAnErrorNamingBothSizes) {
+  try {
+    run_spmd(2, bounded(), [&](RankEnv& env) {
+      std::vector<float> buf(8);
+      if (env.rank == 0) env.comm.send(buf.data(), 8 * sizeof(float), 1);
+      if (env.rank == 1) env.comm.recv(buf.data(), 4 * sizeof(float), 0);
+    });
+    FAIL() << "a recv of the wrong size did not throw";
+  } catch (const SpmdError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "rank 1 called recv of 16 bytes from rank 0, whose message has 32"));
+  }
+}
+
+TEST(ThreadCommPointToPoint, RecvWithoutASenderTimesOutNamingThePeer) {
+  ThreadCommOptions options;
+  options.timeout = std::chrono::milliseconds(200);
+  auto comms = make_thread_comms(2, options);
+  double x = 0;
+  try {
+    comms[1]->recv(&x, sizeof x, 0);
+    FAIL() << "a recv with no sender did not throw";
+  } catch (const CommError& e) {
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("in recv of 8 bytes from rank 0, which sent nothing"));
+  }
+}
+
+TEST(ThreadCommPointToPoint, PeerOutOfRangeIsAnArgumentError) {
+  auto comms = make_thread_comms(2);
+  double x = 0;
+  EXPECT_THROW(comms[0]->send(&x, sizeof x, 2), ArgumentError);
+  EXPECT_THROW(comms[1]->recv(&x, sizeof x, -1), ArgumentError);
 }
 
 }  // namespace
