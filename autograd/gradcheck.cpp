@@ -1,5 +1,5 @@
-// gradcheck: analytic gradients from backward against central finite differences, in f64 on the
-// host, with a report written for the student who has to find the mistake.
+// gradcheck: analytic gradients from backward against central finite differences, in f64 (values
+// perturbed through the backend, so on any device), with a report written for the student.
 #include "autograd/gradcheck.h"
 
 #include <algorithm>
@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "autograd/backend.h"
+#include "autograd/context.h"
 #include "autograd/errors.h"
 
 namespace shardscope {
@@ -56,10 +58,6 @@ void check_inputs(const std::vector<Tensor>& inputs, const GradcheckOptions& opt
                        " must be f64: finite differences with eps " + value_str(options.eps) +
                        " are lost in f32 rounding; create the inputs with DType::f64");
     }
-    if (t.device().kind != DeviceKind::cpu) {
-      throw ArgumentError("gradcheck: " + label(inputs, i) + " is on " + t.device().str() +
-                          "; gradcheck perturbs values on the host, so pass CPU tensors");
-    }
     if (!t.is_leaf()) {
       throw ArgumentError("gradcheck: " + label(inputs, i) +
                           " was produced by an op; pass leaves (x.detach() with "
@@ -100,35 +98,40 @@ double evaluate(const GradcheckFn& f, const std::vector<Tensor>& inputs, const S
   return weighted_sum(out, w);
 }
 
-// Sets one element for its lifetime and restores the original value, even when f throws.
+// Sets one element for its lifetime and restores the original value, even when f throws. The
+// element is written through its backend's host copy, so inputs on a device work too.
 class Perturbation {
  public:
-  Perturbation(double* element, double value) : element_(element), original_(*element) {
-    *element = value;
+  Perturbation(const Tensor& t, std::size_t j, double original, double value)
+      : backend_(t.ctx().backend()),
+        element_(static_cast<unsigned char*>(t.raw_data()) + j * sizeof(double)),
+        original_(original) {
+    backend_.copy_from_host(element_, &value, sizeof value);
   }
-  ~Perturbation() { *element_ = original_; }
+  ~Perturbation() { backend_.copy_from_host(element_, &original_, sizeof original_); }
   Perturbation(const Perturbation&) = delete;
   Perturbation& operator=(const Perturbation&) = delete;
 
  private:
-  double* element_;
+  Backend& backend_;
+  void* element_;
   double original_;
 };
 
 std::vector<double> numeric_gradient(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                                      std::size_t i, const Shape& out_shape,
                                      const std::vector<double>& w, double eps) {
-  double* data = inputs[i].data<double>();
-  std::vector<double> grad(static_cast<std::size_t>(inputs[i].numel()));
+  const std::vector<double> values = inputs[i].to_vector();
+  std::vector<double> grad(values.size());
   for (std::size_t j = 0; j < grad.size(); ++j) {
-    const double x = data[j];
+    const double x = values[j];
     double plus = 0.0, minus = 0.0;
     {
-      Perturbation p(&data[j], x + eps);
+      Perturbation p(inputs[i], j, x, x + eps);
       plus = evaluate(f, inputs, out_shape, w);
     }
     {
-      Perturbation p(&data[j], x - eps);
+      Perturbation p(inputs[i], j, x, x - eps);
       minus = evaluate(f, inputs, out_shape, w);
     }
     grad[j] = (plus - minus) / (2.0 * eps);

@@ -1,6 +1,7 @@
 // gradcheck: compares the gradients backward computes with central finite differences, in f64 on
-// the host. The tests of every op use it, and so do the course labs: when a check fails, the
-// report names the input, the worst element and both values, and hints at common mistakes.
+// any device (elements are perturbed through the backend's host copies). The tests of every op use
+// it, and so do the course labs: when a check fails, the report names the input, the worst element
+// and both values, and hints at common mistakes.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +40,11 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 // requires grad. The analytic gradient comes from one backward seeded with w; the numeric one
 // perturbs each element by +-eps and recomputes f under NoGradGuard.
 //
-// Inputs must be defined f64 CPU leaves (DTypeError / ArgumentError otherwise), and at least one
-// must require grad. Inputs are left as they were: perturbed values are restored, even when f
-// throws, and any .grad they held before is put back. f must be deterministic (a dropout needs a
-// fixed DropoutSpec); a function whose output changes between two identical calls fails the check.
+// Inputs must be defined f64 leaves (on any one device) (DTypeError / ArgumentError otherwise), and
+// at least one must require grad. Inputs are left as they were: perturbed values are restored, even
+// when f throws, and any .grad they held before is put back. f must be deterministic (a dropout
+// needs a fixed DropoutSpec); a function whose output changes between two identical calls fails the
+// check.
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 

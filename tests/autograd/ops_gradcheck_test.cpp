@@ -1,44 +1,44 @@
 // Finite-difference gradient checks in f64 for every op of autograd/ops.h, including the
 // broadcasting, batching, masking and multi-output cases. gradcheck_test.cpp shows that the
-// checker catches wrong gradients, so a pass here means something.
+// checker catches wrong gradients, so a pass here means something. Every check runs on every
+// backend; on cuda the inputs live on the device.
 #include "tests/autograd/autograd_testing.h"
+#include "tests/backend_testing.h"
 
 namespace shardscope {
 namespace {
 
-using testing::expect_gradients_match;
 using testing::leaf64;
 using Inputs = std::vector<Tensor>;
 
-class OpsGradcheck : public ::testing::Test {
- protected:
-  Context ctx;
-};
+using testing::expect_gradients_match;
 
-TEST_F(OpsGradcheck, MatmulTwoD) {
+class OpsGradcheck : public testing::BackendTest {};
+
+TEST_P(OpsGradcheck, MatmulTwoD) {
   const Tensor a = leaf64(ctx, {3, 4}, 1, "a"), b = leaf64(ctx, {4, 5}, 2, "b");
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1]); }, {a, b});
 }
 
-TEST_F(OpsGradcheck, MatmulSharedWeightWithThreeDimInput) {
+TEST_P(OpsGradcheck, MatmulSharedWeightWithThreeDimInput) {
   const Tensor x = leaf64(ctx, {3, 2, 4}, 3, "x");  // [s, b, h]
   const Tensor w = Tensor::parameter(Tensor::randn(ctx, {4, 5}, 4, 0.5, DType::f64), "w");
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1]); }, {x, w});
 }
 
-TEST_F(OpsGradcheck, MatmulBatched) {
+TEST_P(OpsGradcheck, MatmulBatched) {
   const Tensor a = leaf64(ctx, {2, 3, 4, 5}, 5, "a"), b = leaf64(ctx, {2, 3, 5, 2}, 6, "b");
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1]); }, {a, b});
 }
 
-TEST_F(OpsGradcheck, MatmulTransposeBBatchedAndShared) {
+TEST_P(OpsGradcheck, MatmulTransposeBBatchedAndShared) {
   const Tensor q = leaf64(ctx, {2, 3, 4}, 7, "q"), k = leaf64(ctx, {2, 5, 4}, 8, "k");
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], true); }, {q, k});
   const Tensor w = leaf64(ctx, {6, 4}, 9, "w_out_in");  // [n, k]
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], true); }, {q, w});
 }
 
-TEST_F(OpsGradcheck, MatmulOnlyOneOperandRequiresGrad) {
+TEST_P(OpsGradcheck, MatmulOnlyOneOperandRequiresGrad) {
   const Tensor a = leaf64(ctx, {3, 4}, 10, "a");
   const Tensor b = testing::const64(ctx, {4, 2}, 11);
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1]); }, {a, b});
@@ -46,7 +46,7 @@ TEST_F(OpsGradcheck, MatmulOnlyOneOperandRequiresGrad) {
                          {leaf64(ctx, {2, 4}, 12, "b"), testing::const64(ctx, {3, 4}, 13)});
 }
 
-TEST_F(OpsGradcheck, AddSameShapeAndBias) {
+TEST_P(OpsGradcheck, AddSameShapeAndBias) {
   const Tensor a = leaf64(ctx, {3, 2, 4}, 14, "a"), b = leaf64(ctx, {3, 2, 4}, 15, "b");
   const Tensor bias = leaf64(ctx, {4}, 16, "bias"), plane = leaf64(ctx, {2, 4}, 17, "plane");
   const auto f = [](const Inputs& in) { return add(in[0], in[1]); };
@@ -56,7 +56,7 @@ TEST_F(OpsGradcheck, AddSameShapeAndBias) {
   expect_gradients_match(f, {a, a});  // the same tensor twice: its gradient is the sum
 }
 
-TEST_F(OpsGradcheck, MulSameShapeAndBroadcast) {
+TEST_P(OpsGradcheck, MulSameShapeAndBroadcast) {
   const Tensor a = leaf64(ctx, {3, 2, 4}, 18, "a"), b = leaf64(ctx, {3, 2, 4}, 19, "b");
   const Tensor gain = leaf64(ctx, {4}, 20, "gain");
   const auto f = [](const Inputs& in) { return mul(in[0], in[1]); };
@@ -65,18 +65,18 @@ TEST_F(OpsGradcheck, MulSameShapeAndBroadcast) {
   expect_gradients_match(f, {a, a});  // x * x
 }
 
-TEST_F(OpsGradcheck, Scale) {
+TEST_P(OpsGradcheck, Scale) {
   expect_gradients_match([](const Inputs& in) { return scale(in[0], -2.5); },
                          {leaf64(ctx, {2, 3}, 21, "x")});
 }
 
-TEST_F(OpsGradcheck, Gelu) {
+TEST_P(OpsGradcheck, Gelu) {
   // std 2 covers the flat tails and the curved middle of the tanh.
   expect_gradients_match([](const Inputs& in) { return gelu(in[0]); },
                          {leaf64(ctx, {4, 5}, 22, "x", 2.0)});
 }
 
-TEST_F(OpsGradcheck, LayerNormInputWeightAndBias) {
+TEST_P(OpsGradcheck, LayerNormInputWeightAndBias) {
   const Tensor x = leaf64(ctx, {3, 2, 6}, 23, "x", 1.5, 0.3);
   const Tensor gamma = leaf64(ctx, {6}, 24, "weight", 0.2, 1.0);
   const Tensor beta = leaf64(ctx, {6}, 25, "bias", 0.2);
@@ -84,7 +84,7 @@ TEST_F(OpsGradcheck, LayerNormInputWeightAndBias) {
                          {x, gamma, beta});
 }
 
-TEST_F(OpsGradcheck, SoftmaxPlainAndCausal) {
+TEST_P(OpsGradcheck, SoftmaxPlainAndCausal) {
   const auto plain = [](const Inputs& in) { return softmax(in[0]); };
   const auto causal = [](const Inputs& in) { return softmax(in[0], true); };
   expect_gradients_match(plain, {leaf64(ctx, {2, 3, 5}, 26, "scores")});
@@ -93,7 +93,7 @@ TEST_F(OpsGradcheck, SoftmaxPlainAndCausal) {
   expect_gradients_match(causal, {leaf64(ctx, {2, 3, 5}, 28, "wide")});
 }
 
-TEST_F(OpsGradcheck, DropoutWithFixedMaskAndIdentity) {
+TEST_P(OpsGradcheck, DropoutWithFixedMaskAndIdentity) {
   DropoutSpec spec;
   spec.p = 0.3;
   spec.seed = 77;
@@ -105,7 +105,7 @@ TEST_F(OpsGradcheck, DropoutWithFixedMaskAndIdentity) {
   expect_gradients_match([none](const Inputs& in) { return dropout(in[0], none); }, {x});
 }
 
-TEST_F(OpsGradcheck, ReshapePermuteTranspose) {
+TEST_P(OpsGradcheck, ReshapePermuteTranspose) {
   const Tensor x = leaf64(ctx, {2, 3, 4}, 30, "x");
   // A nonlinear op after the view makes the gradient depend on where each element went.
   expect_gradients_match([](const Inputs& in) { return gelu(reshape(in[0], {4, -1})); }, {x});
@@ -115,7 +115,7 @@ TEST_F(OpsGradcheck, ReshapePermuteTranspose) {
   expect_gradients_match([](const Inputs& in) { return gelu(transpose(in[0], -1, -2)); }, {x});
 }
 
-TEST_F(OpsGradcheck, SplitUnequalPieces) {
+TEST_P(OpsGradcheck, SplitUnequalPieces) {
   const Tensor x = leaf64(ctx, {3, 6, 2}, 31, "x");
   // Each piece goes through a different function so a misrouted gradient shows.
   expect_gradients_match(
@@ -126,7 +126,7 @@ TEST_F(OpsGradcheck, SplitUnequalPieces) {
       {x});
 }
 
-TEST_F(OpsGradcheck, SplitWithAnUnusedPiece) {
+TEST_P(OpsGradcheck, SplitWithAnUnusedPiece) {
   // The engine must feed zeros for the piece nobody used.
   expect_gradients_match(
       [](const Inputs& in) {
@@ -135,7 +135,7 @@ TEST_F(OpsGradcheck, SplitWithAnUnusedPiece) {
       {leaf64(ctx, {2, 5}, 32, "x")});
 }
 
-TEST_F(OpsGradcheck, ChunkAlongLastDim) {
+TEST_P(OpsGradcheck, ChunkAlongLastDim) {
   expect_gradients_match(
       [](const Inputs& in) {
         const std::vector<Tensor> c = chunk(in[0], -1, 3);
@@ -144,7 +144,7 @@ TEST_F(OpsGradcheck, ChunkAlongLastDim) {
       {leaf64(ctx, {2, 3, 6}, 33, "x")});
 }
 
-TEST_F(OpsGradcheck, ConcatAlongFirstAndLastDim) {
+TEST_P(OpsGradcheck, ConcatAlongFirstAndLastDim) {
   const Tensor a = leaf64(ctx, {2, 3}, 34, "a"), b = leaf64(ctx, {1, 3}, 35, "b");
   const Tensor c = testing::const64(ctx, {2, 3}, 36);  // needs no gradient
   expect_gradients_match([](const Inputs& in) { return gelu(concat(in, 0)); }, {a, b, c});
@@ -152,26 +152,26 @@ TEST_F(OpsGradcheck, ConcatAlongFirstAndLastDim) {
   expect_gradients_match([](const Inputs& in) { return gelu(concat(in, -1)); }, {a, d, c});
 }
 
-TEST_F(OpsGradcheck, SumAndMean) {
+TEST_P(OpsGradcheck, SumAndMean) {
   const Tensor x = leaf64(ctx, {3, 4}, 38, "x");
   expect_gradients_match([](const Inputs& in) { return sum(in[0]); }, {x});
   expect_gradients_match([](const Inputs& in) { return mean(in[0]); }, {x});
   expect_gradients_match([](const Inputs& in) { return mean(gelu(in[0])); }, {x});
 }
 
-TEST_F(OpsGradcheck, MseLossWithRespectToPrediction) {
+TEST_P(OpsGradcheck, MseLossWithRespectToPrediction) {
   const Tensor pred = leaf64(ctx, {3, 4}, 39, "pred");
   const Tensor target = testing::const64(ctx, {3, 4}, 40);  // takes no gradient by design
   expect_gradients_match([](const Inputs& in) { return mse_loss(in[0], in[1]); }, {pred, target});
 }
 
-TEST_F(OpsGradcheck, CrossEntropy) {
+TEST_P(OpsGradcheck, CrossEntropy) {
   const std::vector<std::int64_t> targets{2, 0, 4, 4};
   expect_gradients_match([targets](const Inputs& in) { return cross_entropy(in[0], targets); },
                          {leaf64(ctx, {4, 5}, 41, "logits", 2.0)});
 }
 
-TEST_F(OpsGradcheck, CausalAttentionChain) {
+TEST_P(OpsGradcheck, CausalAttentionChain) {
   // softmax(q k^T / sqrt(d), causal) v over [b*a, s, d]: many nodes, tensors used twice.
   const Tensor x = leaf64(ctx, {2, 4, 3}, 42, "x");
   const Tensor wq = leaf64(ctx, {3, 3}, 43, "wq"), wv = leaf64(ctx, {3, 3}, 44, "wv");
@@ -184,6 +184,8 @@ TEST_F(OpsGradcheck, CausalAttentionChain) {
       },
       {x, wq, wv});
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpsGradcheck, testing::all_backends(), testing::BackendName());
 
 }  // namespace
 }  // namespace shardscope

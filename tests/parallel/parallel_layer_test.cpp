@@ -1,20 +1,26 @@
 // Every parallel mode against the single-device layer: output, input gradient and every
 // parameter gradient (the reference check), saved activation bytes against the mode's formula
-// term by term, and the collectives against the communication model, at several degrees.
+// term by term, and the collectives against the communication model, at several degrees, on every
+// backend: cpu runs the ranks as threads (ThreadComm), cuda as one thread per device over NCCL
+// (the cuda instances skip, naming what is missing, with fewer CUDA devices than the degree).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "parallel/layer_run.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallel_layer.h"
+#include "tests/backend_testing.h"
 
 namespace shardscope {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::TestBackend;
 
 // s = 12, h = 48, a = 12: divisible by the degrees 1, 2, 3 and 4 in every mode.
 LayerRunSpec small_spec(ParallelMode mode, int degree, double dropout, DType dtype) {
@@ -31,10 +37,11 @@ LayerRunSpec small_spec(ParallelMode mode, int degree, double dropout, DType dty
   return spec;
 }
 
-std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec) {
+std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec, TestBackend backend) {
   std::vector<RankRun> runs(static_cast<std::size_t>(spec.layer.degree));
   std::mutex mutex;
   SpmdOptions options;
+  options.comm = backend == TestBackend::cuda ? CommKind::nccl : CommKind::threads;
   options.timeout = std::chrono::milliseconds(20000);
   run_spmd(spec.layer.degree, options, [&](RankEnv& env) {
     RankRun run = run_layer_rank(env, spec);
@@ -66,15 +73,31 @@ void expect_comm_matches_model(const std::vector<CommLine>& measured,
   }
 }
 
-using ModeCase = std::tuple<ParallelMode, int, double, DType>;
+using ModeCase = std::tuple<ParallelMode, int, double, DType, TestBackend>;
 
-class ParallelModes : public ::testing::TestWithParam<ModeCase> {};
+// "tp_sp_t2_p10_f32_cuda": the mode, the degree, the dropout in percent, the dtype and the backend.
+std::string mode_case_name(const ::testing::TestParamInfo<ModeCase>& info) {
+  const auto [mode, degree, dropout, dtype, backend] = info.param;
+  std::string name = mode_name(mode);
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;  // "tp-sp": gtest names take [A-Za-z0-9_]
+  return name + "_t" + std::to_string(degree) + "_p" +
+         std::to_string(static_cast<int>(std::lround(dropout * 100))) + "_" + dtype_name(dtype) +
+         "_" + testing::backend_name(backend);
+}
+
+class ParallelModes : public ::testing::TestWithParam<ModeCase> {
+ protected:
+  void SetUp() override {
+    SHARDSCOPE_SKIP_IF_MISSING(
+        testing::missing_for_ranks(std::get<4>(GetParam()), std::get<1>(GetParam())));
+  }
+};
 
 TEST_P(ParallelModes, MatchTheSingleDeviceLayerAndTheModels) {
-  const auto [mode, degree, dropout, dtype] = GetParam();
+  const auto [mode, degree, dropout, dtype, backend] = GetParam();
   const LayerRunSpec spec = small_spec(mode, degree, dropout, dtype);
   const std::string what = std::string(mode_name(mode)) + " t=" + std::to_string(degree);
-  const std::vector<RankRun> runs = run_all_ranks(spec);
+  const std::vector<RankRun> runs = run_all_ranks(spec, backend);
   const CheckResult& check = runs[0].check;
   ASSERT_TRUE(check.ran);
   EXPECT_EQ(check.tensors.size(), 14u);  // output, input.grad and twelve parameter gradients
@@ -96,9 +119,17 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ParallelModes,
                                                               ParallelMode::ulysses),
                                             ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(0.0, 0.1),
-                                            ::testing::Values(DType::f32, DType::f64)));
+                                            ::testing::Values(DType::f32, DType::f64),
+                                            testing::all_backends()),
+                         mode_case_name);
 
-TEST(ParallelLayer, MemoryAndCommunicationMatchTheModelsOnOtherShapes) {
+// The runs below go up to degree 4: their cuda instances need 4 devices.
+class ParallelLayerRuns : public ::testing::TestWithParam<TestBackend> {
+ protected:
+  void SetUp() override { SHARDSCOPE_SKIP_IF_MISSING(testing::missing_for_ranks(GetParam(), 4)); }
+};
+
+TEST_P(ParallelLayerRuns, MemoryAndCommunicationMatchTheModelsOnOtherShapes) {
   struct Shape4 {
     std::int64_t s, b, h, a;
   };
@@ -113,7 +144,7 @@ TEST(ParallelLayer, MemoryAndCommunicationMatchTheModelsOnOtherShapes) {
         spec.check = false;
         const std::string what = std::string(mode_name(mode)) + " t=" + std::to_string(degree) +
                                  " s=" + std::to_string(shape.s) + " b=" + std::to_string(shape.b);
-        for (const RankRun& run : run_all_ranks(spec)) {
+        for (const RankRun& run : run_all_ranks(spec, GetParam())) {
           EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
           EXPECT_FALSE(run.check.ran);
           expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
@@ -123,10 +154,10 @@ TEST(ParallelLayer, MemoryAndCommunicationMatchTheModelsOnOtherShapes) {
   }
 }
 
-TEST(ParallelLayer, KeepingTheGatheredInputMatchesItsFormula) {
+TEST_P(ParallelLayerRuns, KeepingTheGatheredInputMatchesItsFormula) {
   LayerRunSpec spec = small_spec(ParallelMode::tp_sp, 4, 0.1, DType::f32);
   spec.keep_gathered_input = true;
-  const std::vector<RankRun> runs = run_all_ranks(spec);
+  const std::vector<RankRun> runs = run_all_ranks(spec, GetParam());
   EXPECT_TRUE(runs[0].check.passed);
   const double A = 4, M = 1, t = 4, sbh = 12.0 * 2 * 48, as2b = 12.0 * 12 * 12 * 2;
   EXPECT_EQ(runs[0].memory.formula_bytes,
@@ -135,6 +166,11 @@ TEST(ParallelLayer, KeepingTheGatheredInputMatchesItsFormula) {
   expect_comm_matches_model(runs[0].comm, comm_model(spec.layer, true), "tp-sp keep");
 }
 
+INSTANTIATE_TEST_SUITE_P(Backends, ParallelLayerRuns, testing::all_backends(),
+                         testing::BackendName());
+
+// The two tests below evaluate formulas and validate configurations on the host: no context, no
+// ranks, nothing a backend runs, so they stay plain tests.
 TEST(ParallelLayer, FormulasAtThePapersShapesMatchTheirClosedForms) {
   // The per-mode closed forms of docs/derivations.md, evaluated independently of the terms.
   LayerConfig c;
