@@ -65,8 +65,8 @@ inline ::testing::AssertionResult matches(const std::string& what, const std::ve
                                           const std::vector<double>& want, int t,
                                           const Hints& hints = {}, const Tolerance& tol = {}) {
   if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << what << ": " << got.size() << " elements, expected "
-                                         << want.size();
+    return ::testing::AssertionFailure()
+           << what << ": " << got.size() << " elements, expected " << want.size();
   }
   std::size_t bad = 0, worst = 0;
   double worst_err = -1.0;
@@ -82,9 +82,9 @@ inline ::testing::AssertionResult matches(const std::string& what, const std::ve
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   std::ostringstream m;
-  m << what << ": " << bad << " of " << want.size() << " elements differ, largest |got - want| = "
-    << worst_err << " at element " << worst << " (got " << got[worst] << ", want " << want[worst]
-    << ")";
+  m << what << ": " << bad << " of " << want.size()
+    << " elements differ, largest |got - want| = " << worst_err << " at element " << worst
+    << " (got " << got[worst] << ", want " << want[worst] << ")";
   const double td = static_cast<double>(t);
   if (detail::all_zero(got) && !detail::all_zero(want)) {
     m << "; got is all zeros" << (hints.zeros.empty() ? "" : ": " + hints.zeros);
