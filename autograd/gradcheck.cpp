@@ -234,6 +234,13 @@ std::string hint(bool reached, bool output_tracked, const std::vector<double>& a
   }
   const double ratio = constant_ratio(analytic, numeric, o.atol);
   if (std::fabs(ratio + 1.0) < 1e-3) return "analytic = -numeric everywhere: a sign is flipped";
+  if (ratio != 0.0 && std::fabs(ratio - 1.0) < 1e-3) {
+    // Close to 1 but outside the tolerance: a small term, not a factor (an eps left out, n - 1
+    // for n in a variance).
+    return "analytic = " + fmt("%.9g", ratio) +
+           " x numeric on every element: close but not equal, as when a small term is missing or "
+           "extra (an eps, n - 1 instead of n)";
+  }
   if (ratio != 0.0) {
     return "analytic = " + fmt("%.4g", ratio) +
            " x numeric on every element: a constant factor (a scale, the 1/N of a mean, "
