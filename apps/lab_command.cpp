@@ -90,9 +90,14 @@ int lab_main(const LabOptions& o, std::ostream& out, std::ostream& err) {
   const auto it = std::find_if(labs.begin(), labs.end(),
                                [&](const Lab& lab) { return lab.number == o.number; });
   if (it == labs.end()) {
-    err << "shardscope: lab " << o.number << " does not exist; the labs are";
-    for (const Lab& lab : labs) err << " " << lab.number;
-    err << " (see shardscope lab)\n";
+    err << "shardscope: lab " << o.number << " does not exist; ";
+    if (labs.empty()) {
+      err << "there are no labs in " << SHARDSCOPE_SOURCE_DIR << "/labs\n";
+    } else {
+      err << "the labs are";
+      for (const Lab& lab : labs) err << " " << lab.number;
+      err << " (see shardscope lab)\n";
+    }
     return 2;
   }
   const char* kind = o.solution ? "solution" : "starter";

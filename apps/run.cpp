@@ -28,7 +28,8 @@ void print_header(const RunOptions& o, std::ostream& out) {
   out << "shardscope run: mode " << mode_name(c.mode) << ", degree " << c.degree << " ("
       << comm_kind_name(o.comm) << "), s=" << c.seq << " b=" << c.batch << " h=" << c.hidden
       << " a=" << c.heads << ", dropout " << c.dropout << ", " << dtype_name(c.dtype) << ", seed "
-      << c.seed << ", " << o.spec.steps << " SGD steps (lr " << o.spec.learning_rate
+      << c.seed << ", " << o.spec.steps
+      << (o.spec.steps == 1 ? " SGD step (lr " : " SGD steps (lr ") << o.spec.learning_rate
       << "), backend " << backend_name(o.backend) << "\n";
 }
 

@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev clang-format
   libopenmpi-dev openmpi-bin
   libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
+  git
 )
 
 missing=()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian 12 machine: installs what is missing, checks the
 # formatting, runs the threaded tests under ThreadSanitizer and the unit tests under
-# AddressSanitizer + UBSan, then builds the default preset with warnings as errors and runs every
-# ctest label (unit, threads, e2e, mpi). The sanitizer runs leave out label mpi: LeakSanitizer
-# reports Open MPI's own allocations. Its last line is ctest's summary of that full run.
+# AddressSanitizer + UBSan, then builds the default preset with warnings as errors, runs every
+# ctest label (unit, threads, e2e, mpi, viz, gpu, lab) and runs every command the docs show against
+# that build (scripts/check-docs.sh). The sanitizer runs leave out label mpi: LeakSanitizer reports
+# Open MPI's own allocations. Its last line is the docs check's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -26,3 +27,6 @@ echo "== build (default preset, warnings are errors) and every test"
 cmake --preset default -DSHARDSCOPE_WERROR=ON >/dev/null
 cmake --build --preset default -j "$jobs"
 ctest --preset default -j "$jobs"
+
+echo "== every command in the docs, against that build"
+bash scripts/check-docs.sh build/default
