@@ -96,7 +96,7 @@ void ThreadGroup::recv(int to, int from, void* data, std::size_t bytes) {
   if (!arrived) {
     fail_locked("rank " + std::to_string(to) + " waited " + std::to_string(timeout_.count()) +
                 " ms in recv of " + std::to_string(bytes) + " bytes from rank " +
-                std::to_string(from) + ", which sent nothing");
+                std::to_string(from) + ", which sent it nothing");
   }
   std::vector<unsigned char> message = std::move(box.front());
   box.pop_front();

@@ -464,7 +464,7 @@ TEST(ThreadCommPointToPoint, RecvWithoutASenderTimesOutNamingThePeer) {
     FAIL() << "a recv with no sender did not throw";
   } catch (const CommError& e) {
     EXPECT_THAT(e.what(),
-                ::testing::HasSubstr("in recv of 8 bytes from rank 0, which sent nothing"));
+                ::testing::HasSubstr("in recv of 8 bytes from rank 0, which sent it nothing"));
   }
 }
 
