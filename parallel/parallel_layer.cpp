@@ -239,11 +239,14 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
   const Phase phase = ctx.phase();
   ctx.set_phase(Phase::backward);  // these reductions finish the backward
   ScopeGuard scope(ctx, "grad_reduce");
+  const std::string previous = ctx.current_op();
+  ctx.set_current_op("reduce_parameter_gradients");  // names the all-reduces in logs and errors
   for (ShardedParameter& p : params_) {
     if (!p.partial_grad || !p.local.grad().defined()) continue;
     Tensor g = p.local.grad();
     group_.all_reduce(g, ReduceOp::sum, CommPurpose::param_grad);
   }
+  ctx.set_current_op(previous);
   ctx.set_phase(phase);
 }
 
