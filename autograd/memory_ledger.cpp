@@ -48,9 +48,13 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   entry.counted = true;
   entries_[key_of(e.site, e.storage_id)] = entry;
   add_live(e.category, e.bytes);
-  const std::string key = std::string(e.site.scope) + "/" + std::string(e.site.op);
-  auto [it, inserted] = op_index_.emplace(key, op_allocations_.size());
-  if (inserted) {
+  std::string key;
+  key.reserve(e.site.scope.size() + 1 + e.site.op.size());
+  key.append(e.site.scope).append("/").append(e.site.op);
+  // find first: emplace would make (and, for a key already there, free) a node every time.
+  auto it = op_index_.find(key);
+  if (it == op_index_.end()) {
+    it = op_index_.emplace(std::move(key), op_allocations_.size()).first;
     op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
   }
   op_allocations_[it->second].bytes += e.bytes;

@@ -4,12 +4,14 @@
 # cached (an idle frame) and rebuilt every frame (a frame of a running session). Under xvfb-run
 # when there is no display, so the OpenGL part is Mesa's software rasterizer: "frame_ms" then
 # measures the CPU drawing pixels, "ui_ms" the view model and ImGui.
-#   bash bench/viz_frames.sh [FRAMES]
+#   bash bench/viz_frames.sh [FRAMES [BUILD_DIR]]      (FRAMES: 100; BUILD_DIR: build/default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 frames=${1:-100}
-viz=build/default/viz/app/shardscope-viz
-[ -x "$viz" ] || { echo "build shardscope-viz first: cmake --build --preset default" >&2; exit 1; }
+build=${2:-build/default}
+viz=$build/viz/app/shardscope-viz
+[ -x "$viz" ] || { echo "build shardscope-viz first: cmake --build $build --target shardscope-viz" >&2; exit 1; }
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), nproc $(nproc); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 run() {
   if [ -n "${DISPLAY:-}" ]; then "$viz" "$@"; else xvfb-run -a -s "-screen 0 1600x1000x24" "$viz" "$@"; fi
 }

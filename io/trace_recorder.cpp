@@ -46,6 +46,26 @@ std::vector<std::string> shape_strings(const std::vector<Shape>* shapes) {
   return out;
 }
 
+// Events are kept in one vector, which the writer reads in place. Doubling it from empty moved
+// every kept event again at each growth, into memory the kernel maps page by page: a large part
+// of the cost of recording an event. It starts at kFirstEvents (address space only: pages are
+// mapped as events fill them) and then grows fourfold.
+constexpr std::size_t kFirstEvents = std::size_t{1} << 16;
+
+// A new event at the end of `events`, built in place (a TraceEvent is some 300 bytes of strings
+// and vectors: constructing it elsewhere and moving it in cost as much again); null, and one
+// more dropped, once `most` are kept.
+TraceEvent* add_event(std::vector<TraceEvent>& events, std::size_t most, std::size_t& dropped) {
+  if (events.size() >= most) {
+    ++dropped;
+    return nullptr;
+  }
+  if (events.size() == events.capacity()) {
+    events.reserve(std::min(most, std::max(kFirstEvents, 4 * events.capacity())));
+  }
+  return &events.emplace_back();
+}
+
 double unix_micros_now() {
   const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
   return std::chrono::duration<double, std::micro>(since_epoch).count();
@@ -97,11 +117,7 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
 }
 
 void TraceRecorder::keep(TraceEvent event) {
-  if (events_.size() < max_events_) {
-    events_.push_back(std::move(event));
-  } else {
-    ++dropped_;
-  }
+  if (TraceEvent* slot = add_event(events_, max_events_, dropped_)) *slot = std::move(event);
 }
 
 // After the ledger saw a change: a counter event when the rank's live bytes changed.
@@ -112,15 +128,15 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
   }
   if (live == state.memory) return;
   state.memory = live;
-  TraceEvent counter;
-  counter.kind = TraceEventKind::memory;
-  counter.rank = site.rank;
-  counter.step = site.step;
-  counter.phase = site.phase;
-  counter.layer = site.layer;
-  counter.ts_us = micros_since_start(now);
-  counter.memory = live;
-  keep(std::move(counter));
+  TraceEvent* counter = add_event(events_, max_events_, dropped_);
+  if (!counter) return;
+  counter->kind = TraceEventKind::memory;
+  counter->rank = site.rank;
+  counter->step = site.step;
+  counter->phase = site.phase;
+  counter->layer = site.layer;
+  counter->ts_us = micros_since_start(now);
+  counter->memory = live;
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
@@ -147,26 +163,27 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   });
   if (it == state.open.rend()) return;  // begun before the recorder was attached
   OpenSlice& slice = *it;
-  TraceEvent event;
-  event.kind = TraceEventKind::op;
-  event.rank = e.site.rank;
-  event.step = e.site.step;
-  event.phase = e.site.phase;
-  event.layer = e.site.layer;
-  event.op = std::string(e.site.op);
-  event.scope = std::string(e.site.scope);
-  event.seq = e.seq;
-  event.ts_us = micros_since_start(slice.begin);
-  event.dur_us = micros_between(slice.begin, now);
-  event.inputs = std::move(slice.inputs);
-  event.placement = std::move(slice.placement);
-  event.outputs = shape_strings(e.outputs);
-  event.alloc_bytes = slice.alloc_bytes;
-  event.saved_bytes = slice.saved_bytes;
-  event.saved_extra_bytes = slice.saved_extra_bytes;
-  event.released_bytes = slice.released_bytes;
+  if (TraceEvent* event = add_event(events_, max_events_, dropped_)) {
+    event->kind = TraceEventKind::op;
+    event->rank = e.site.rank;
+    event->step = e.site.step;
+    event->phase = e.site.phase;
+    event->layer = e.site.layer;
+    // The end's op and scope (the begin's, which the slice kept: moved rather than copied).
+    event->op = slice.op == e.site.op ? std::move(slice.op) : std::string(e.site.op);
+    event->scope = slice.scope == e.site.scope ? std::move(slice.scope) : std::string(e.site.scope);
+    event->seq = e.seq;
+    event->ts_us = micros_since_start(slice.begin);
+    event->dur_us = micros_between(slice.begin, now);
+    event->inputs = std::move(slice.inputs);
+    event->placement = std::move(slice.placement);
+    event->outputs = shape_strings(e.outputs);
+    event->alloc_bytes = slice.alloc_bytes;
+    event->saved_bytes = slice.saved_bytes;
+    event->saved_extra_bytes = slice.saved_extra_bytes;
+    event->released_bytes = slice.released_bytes;
+  }
   state.open.erase(std::next(it).base());
-  keep(std::move(event));
 }
 
 void TraceRecorder::on_alloc(const StorageEvent& e) {

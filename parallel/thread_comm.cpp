@@ -11,12 +11,22 @@
 namespace shardscope {
 namespace {
 
+// A large all_reduce splits the work among the ranks (a reduce-scatter and an all-gather in one
+// pass over shared memory): rank r sums chunk r of every send buffer, block by block, and writes
+// each summed block into every rank's output. A rank reads and writes the buffer's size once,
+// instead of reading t times its size to sum all of it, with the same sums in the same rank order,
+// so the same bits. Chunk r of any buffer is touched by rank r alone, which reads a block of it
+// before writing that block: an in-place call needs no staging copy. Below this size the work is
+// small and every rank sums it all into its own output.
+constexpr std::size_t kSplitAllReduceBytes = std::size_t{64} << 10;
+
 // The state the ranks of one group share. A collective is a round: every rank arrives with its
 // call and buffers; the last to arrive checks the calls; each rank then computes its own output
-// by reading the others' send buffers; the round ends when every rank has departed, so no send
-// buffer is released while a peer may still read it. A failure (abort, timeout) ends a round only
-// before its calls matched: once every rank arrived, every rank computes and departs, because
-// its peers are reading its send buffer. A failure reaches the groups split from this one.
+// by reading the others' send buffers (a split all_reduce also writes into their outputs); the
+// round ends when every rank has departed, so no buffer is released while a peer may still use
+// it, and every output is complete when its rank returns. A failure (abort, timeout) ends a round
+// only before its calls matched: once every rank arrived, every rank computes and departs,
+// because its peers are using its buffers. A failure reaches the groups split from this one.
 class ThreadGroup {
  public:
   ThreadGroup(int size, std::chrono::milliseconds timeout)
@@ -40,11 +50,19 @@ class ThreadGroup {
   struct Slot {
     CollectiveCall call;
     const void* send = nullptr;
-    void* recv = nullptr;
+    void* out = nullptr;  // recv, or a staging copy when an in-place call needs one
     bool present = false;
   };
 
+  bool split_all_reduce(const CollectiveCall& call) const;
   void compute(int rank, void* out) const;
+  // A split all_reduce's share of `rank`: chunk `rank` summed into every rank's output.
+  void reduce_own_chunk(int rank) const;
+  // Bytes [begin, end) of every send buffer reduced in rank order into `out` from byte `out_at`
+  // on, or (out null) into every rank's output at the same bytes.
+  void reduce_range(const CollectiveCall& call, std::size_t begin, std::size_t end, void* out,
+                    std::size_t out_at) const;
+  std::size_t chunk_begin(std::int64_t count, int chunk) const;
   std::string mismatch_locked() const;
   std::string where_everyone_is_locked() const;
   [[noreturn]] void fail_locked(const std::string& message);
@@ -160,15 +178,11 @@ void ThreadGroup::compute(int rank, void* out) const {
   };
   const std::int64_t chunk = call.count / size_;
   switch (call.kind) {
-    case CollectiveKind::all_reduce:
-      std::memcpy(dst, src(0), bytes(call.count));
-      for (int r = 1; r < size_; ++r) reduce_into(dst, src(r), call.count, call.dtype, call.reduce);
+    case CollectiveKind::all_reduce:  // a small one (a large one is split: reduce_own_chunk)
+      reduce_range(call, 0, bytes(call.count), dst, 0);
       break;
     case CollectiveKind::reduce_scatter:
-      std::memcpy(dst, src(0) + bytes(rank * chunk), bytes(chunk));
-      for (int r = 1; r < size_; ++r) {
-        reduce_into(dst, src(r) + bytes(rank * chunk), chunk, call.dtype, call.reduce);
-      }
+      reduce_range(call, bytes(rank * chunk), bytes((rank + 1) * chunk), dst, 0);
       break;
     case CollectiveKind::all_gather:
       for (int r = 0; r < size_; ++r)
@@ -184,6 +198,82 @@ void ThreadGroup::compute(int rank, void* out) const {
       break;
     case CollectiveKind::barrier:
       break;
+  }
+}
+
+// reduce_into (parallel/communicator.cpp) on one whole block of a split all_reduce, the same
+// operation element by element: a loop of a count known when compiling over buffers that do not
+// overlap (__restrict, a GCC and Clang extension), which the compiler turns into vector
+// instructions (reduce_into's loop of any count, over memory that may alias, stays scalar). False
+// for a dtype it leaves to reduce_into.
+// 2 KiB: a block's copies stay below the size from which glibc 2.36 copies with `rep movsb`,
+// which on this project's AMD machine runs some 20 times slower for some distances between
+// source and destination (docs/benchmarks.md); the block is still 512 floats.
+constexpr std::size_t kBlockBytes = 2048;
+
+template <class T>
+void reduce_block_typed(T* __restrict sum, const T* __restrict in, ReduceOp op) {
+  constexpr std::size_t n = kBlockBytes / sizeof(T);
+  if (op == ReduceOp::sum) {
+    for (std::size_t i = 0; i < n; ++i) sum[i] += in[i];
+  } else {
+    for (std::size_t i = 0; i < n; ++i) sum[i] = std::max(sum[i], in[i]);
+  }
+}
+
+bool reduce_block(unsigned char* sum, const void* in, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32:
+      reduce_block_typed(reinterpret_cast<float*>(sum), static_cast<const float*>(in), op);
+      return true;
+    case DType::f64:
+      reduce_block_typed(reinterpret_cast<double*>(sum), static_cast<const double*>(in), op);
+      return true;
+    case DType::u8:
+      break;
+  }
+  return false;
+}
+
+bool ThreadGroup::split_all_reduce(const CollectiveCall& call) const {
+  return call.kind == CollectiveKind::all_reduce && size_ > 1 &&
+         static_cast<std::size_t>(call.count) * dtype_size(call.dtype) >= kSplitAllReduceBytes;
+}
+
+std::size_t ThreadGroup::chunk_begin(std::int64_t count, int chunk) const {
+  return static_cast<std::size_t>(count * chunk / size_);
+}
+
+void ThreadGroup::reduce_own_chunk(int rank) const {
+  const CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].call;
+  const std::size_t es = dtype_size(call.dtype);
+  const std::size_t begin = chunk_begin(call.count, rank) * es;
+  reduce_range(call, begin, chunk_begin(call.count, rank + 1) * es, nullptr, begin);
+}
+
+void ThreadGroup::reduce_range(const CollectiveCall& call, std::size_t begin, std::size_t end,
+                               void* out, std::size_t out_at) const {
+  const std::size_t es = dtype_size(call.dtype);
+  auto write = [&](std::size_t at, const unsigned char* sum, std::size_t n) {
+    const std::size_t to = out_at + (at - begin);
+    if (out) {
+      std::memcpy(static_cast<unsigned char*>(out) + to, sum, n);
+      return;
+    }
+    for (const Slot& slot : slots_) std::memcpy(static_cast<unsigned char*>(slot.out) + to, sum, n);
+  };
+  // Block by block through a buffer that stays in L1: each send buffer's bytes are read once and
+  // each output's written once, a block only after it was read everywhere.
+  alignas(64) unsigned char sum[kBlockBytes];
+  for (std::size_t at = begin; at < end; at += sizeof sum) {
+    const std::size_t n = std::min(sizeof sum, end - at);
+    std::memcpy(sum, static_cast<const unsigned char*>(slots_[0].send) + at, n);
+    for (std::size_t r = 1; r < slots_.size(); ++r) {
+      const void* in = static_cast<const unsigned char*>(slots_[r].send) + at;
+      if (n == sizeof sum && reduce_block(sum, in, call.dtype, call.reduce)) continue;
+      reduce_into(sum, in, static_cast<std::int64_t>(n / es), call.dtype, call.reduce);
+    }
+    write(at, sum, n);
   }
 }
 
@@ -204,13 +294,16 @@ void ThreadGroup::run(int rank, const CollectiveCall& call, const void* send, vo
   validate_call(call, size_, rank);
   const auto u = static_cast<std::size_t>(rank);
   // An in-place call (recv == send) computes into a copy: peers may still read this send buffer.
-  // Allocated before arriving, so nothing between arriving and departing can throw.
+  // Allocated before arriving, so nothing between arriving and departing can throw. A split
+  // all_reduce needs none (see kSplitAllReduceBytes).
+  const bool split = split_all_reduce(call);
   const std::size_t out_bytes = output_elements(call, size_) * dtype_size(call.dtype);
-  std::vector<unsigned char> staging(recv == send ? out_bytes : 0);
+  std::vector<unsigned char> staging(recv == send && !split ? out_bytes : 0);
+  void* out = staging.empty() ? recv : static_cast<void*>(staging.data());
   std::string description = call.str();
   std::unique_lock<std::mutex> lock(mutex_);
   throw_if_failed_locked();
-  slots_[u] = Slot{call, send, recv, true};
+  slots_[u] = Slot{call, send, out, true};
   const std::uint64_t round = round_;
   if (++arrived_ == size_) {
     const std::string mismatch = mismatch_locked();
@@ -224,7 +317,11 @@ void ThreadGroup::run(int rank, const CollectiveCall& call, const void* send, vo
   // Woken by a failure before the calls matched: leave. Past that point, finish the round.
   if (!(computing_ && round_ == round)) throw_if_failed_locked();
   lock.unlock();
-  compute(rank, recv == send ? static_cast<void*>(staging.data()) : recv);
+  if (split) {
+    reduce_own_chunk(rank);
+  } else {
+    compute(rank, out);
+  }
   lock.lock();
   last_[u] = std::move(description);
   if (++departed_ == size_) {

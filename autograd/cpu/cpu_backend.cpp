@@ -3,9 +3,11 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cuda/cuda_backend.h"
@@ -16,6 +18,75 @@
 namespace shardscope {
 
 using cpu::dispatch_floating;
+
+namespace {
+
+// The fewest elements worth a thread: cheap loops (a load, an operation and a store per element)
+// and costly ones (tanh, Philox), so that a thread's share outweighs waking it.
+constexpr std::int64_t kCheapGrain = std::int64_t{1} << 15;
+constexpr std::int64_t kCostlyGrain = std::int64_t{1} << 12;
+
+// Copies `count` elements of `es` bytes from `in` with a stride of `step` elements to `out`.
+void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t count,
+                  std::int64_t step, std::size_t es) {
+  if (step == 1) {
+    std::memcpy(out, in, static_cast<std::size_t>(count) * es);
+    return;
+  }
+  auto copy_as = [&](auto tag) {
+    using T = decltype(tag);
+    T* o = reinterpret_cast<T*>(out);
+    for (std::int64_t j = 0; j < count; ++j)
+      std::memcpy(o + j, in + j * step * sizeof(T), sizeof(T));
+  };
+  if (es == 4) return copy_as(std::uint32_t{});
+  if (es == 8) return copy_as(std::uint64_t{});
+  if (es == 1) return copy_as(std::uint8_t{});
+  for (std::int64_t j = 0; j < count; ++j) {
+    std::memcpy(out + static_cast<std::size_t>(j) * es,
+                in + static_cast<std::size_t>(j * step) * es, es);
+  }
+}
+
+// Elements [begin, end) of a tensor whose operand b of nb elements repeats along it, as runs that
+// do not wrap around b: f(i, j, len) for elements i .. i + len of the tensor and j .. j + len of b.
+template <class F>
+void broadcast_runs(std::int64_t begin, std::int64_t end, std::int64_t nb, F&& f) {
+  for (std::int64_t i = begin; i < end;) {
+    const std::int64_t j = i % nb;
+    const std::int64_t len = std::min(end - i, nb - j);
+    f(i, j, len);
+    i += len;
+  }
+}
+
+// Multiply-adds worth a thread in a GEMM piece, so that a piece outweighs waking a thread and
+// stays large enough for OpenBLAS's blocking.
+constexpr std::int64_t kGemmGrain = std::int64_t{1} << 20;
+// The fewest rows (or columns) of C in a piece of one product.
+constexpr std::int64_t kGemmMinCut = 64;
+
+// The loop threads every CpuBackend of the process shares, as OpenBLAS shares its own: as many as
+// OpenBLAS had when the process first asked (OPENBLAS_NUM_THREADS, else the cores). From then on
+// each OpenBLAS call runs on the thread that makes it and the backend splits GEMMs over these
+// threads (CpuBackend::gemm): OpenBLAS's workers spin between calls, which on a busy machine kept
+// the other core from the backend's loops, and OpenBLAS threaded each small product of a batch
+// separately. Shared, so that ranks running as threads (each with its own context and backend)
+// never start more loop threads than that: a rank that finds the workers busy with another
+// rank's loop runs the same chunks alone. OpenBLAS's setting is the process's, so it is read and
+// changed once, here; the pool is never destroyed (a rank may still be in a loop at exit).
+cpu::RowThreads& shared_row_threads() {
+  static cpu::RowThreads* const threads = [] {
+    const int t = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    return new cpu::RowThreads(t);
+  }();
+  return *threads;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend() : threads_(shared_row_threads()) {}
 
 std::unique_ptr<Backend> make_backend(Device device) {
   if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>();
@@ -45,7 +116,6 @@ void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const vo
   if (g.m == 0 || g.n == 0) return;
   const auto ta = g.trans_first ? CblasTrans : CblasNoTrans;
   const auto tb = g.trans_second ? CblasTrans : CblasNoTrans;
-  const auto m = static_cast<blasint>(g.m), n = static_cast<blasint>(g.n);
   const auto k = static_cast<blasint>(g.k);
   const auto l1 = static_cast<blasint>(g.ld_first), l2 = static_cast<blasint>(g.ld_second);
   const auto lc = static_cast<blasint>(g.ldc);
@@ -55,17 +125,47 @@ void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const vo
     const T* first = static_cast<const T*>(b);
     const T* second = static_cast<const T*>(a);
     T* out = static_cast<T*>(c);
-    for (std::int64_t i = 0; i < g.batch; ++i) {
-      const T* f = first + i * g.stride_first;
-      const T* s = second + i * g.stride_second;
-      T* o = out + i * g.stride_c;
+    // Entry i's block of C from row r and column j, rows x cols: its rows need the same rows of
+    // op(first) (at first + r, or first + r * ld when transposed), its columns the same columns of
+    // op(second) (at second + j * ld, or second + j when transposed).
+    auto product = [&](std::int64_t i, std::int64_t r, std::int64_t rows, std::int64_t j,
+                       std::int64_t cols) {
+      const T* f = first + i * g.stride_first + (g.trans_first ? r * g.ld_first : r);
+      const T* s = second + i * g.stride_second + (g.trans_second ? j : j * g.ld_second);
+      T* o = out + i * g.stride_c + j * g.ldc + r;
+      const auto mr = static_cast<blasint>(rows), nc = static_cast<blasint>(cols);
       if constexpr (std::is_same_v<T, float>) {
-        cblas_sgemm(CblasColMajor, ta, tb, m, n, k, static_cast<float>(g.alpha), f, l1, s, l2,
+        cblas_sgemm(CblasColMajor, ta, tb, mr, nc, k, static_cast<float>(g.alpha), f, l1, s, l2,
                     static_cast<float>(g.beta), o, lc);
       } else {
-        cblas_dgemm(CblasColMajor, ta, tb, m, n, k, g.alpha, f, l1, s, l2, g.beta, o, lc);
+        cblas_dgemm(CblasColMajor, ta, tb, mr, nc, k, g.alpha, f, l1, s, l2, g.beta, o, lc);
       }
+    };
+    const std::int64_t work = std::max<std::int64_t>(g.m * g.n * std::max<std::int64_t>(g.k, 1), 1);
+    if (g.batch > 1) {  // whole entries per thread
+      threads_.parallel_for(g.batch, std::max<std::int64_t>(kGemmGrain / work, 1),
+                            [&](std::int64_t begin, std::int64_t end) {
+                              for (std::int64_t i = begin; i < end; ++i) product(i, 0, g.m, 0, g.n);
+                            });
+      return;
     }
+    // One product: one piece per thread (each piece packs the whole of the operand it shares
+    // with the others, so more pieces cost more), cut along C's column-major rows while there
+    // are enough of them (measured faster than cutting its columns for every product of the
+    // layer), each at least kGemmGrain multiply-adds.
+    const bool by_rows = g.m >= kGemmMinCut * 2 || g.m >= g.n;
+    const std::int64_t extent = by_rows ? g.m : g.n;
+    const std::int64_t per_line =
+        std::max<std::int64_t>(work / std::max<std::int64_t>(extent, 1), 1);
+    const std::int64_t grain = std::max({kGemmGrain / per_line, kGemmMinCut,
+                                         (extent + threads_.threads() - 1) / threads_.threads()});
+    threads_.parallel_for(extent, grain, [&](std::int64_t begin, std::int64_t end) {
+      if (by_rows) {
+        product(0, begin, end - begin, 0, g.n);
+      } else {
+        product(0, 0, g.m, begin, end - begin);
+      }
+    });
   });
 }
 
@@ -78,12 +178,20 @@ void CpuBackend::fill(Tensor& out, double value) {
   dispatch_floating(out.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
-    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(value);
+    threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) o[i] = static_cast<T>(value);
+    });
   });
 }
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
-  if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.bytes());
+  if (src.raw_data() == dst.raw_data()) return;
+  const auto* in = static_cast<const unsigned char*>(src.raw_data());
+  auto* out = static_cast<unsigned char*>(dst.raw_data());
+  const auto bytes = static_cast<std::int64_t>(src.bytes());
+  threads_.parallel_for(bytes, 4 * kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+    std::memcpy(out + begin, in + begin, static_cast<std::size_t>(end - begin));
+  });
 }
 
 void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) {
@@ -100,15 +208,35 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   const std::int64_t n = dst.numel();
   const std::int64_t last = r ? dst.shape()[r - 1] : 1;
   const std::int64_t last_step = r ? in_step[static_cast<std::size_t>(r - 1)] : 0;
-  for (std::int64_t o = 0; o < n; o += last) {
-    // Input element offset of this output row (the CUDA kernel computes it per element).
-    const std::int64_t offset =
-        kernels::strided_index(o, r, dst.shape().dims().data(), in_step.data());
-    for (std::int64_t j = 0; j < last; ++j) {
-      std::memcpy(out + static_cast<std::size_t>(o + j) * es,
-                  in + static_cast<std::size_t>(offset + j * last_step) * es, es);
-    }
-  }
+  if (n == 0 || last == 0) return;
+  const std::int64_t rows = n / last;
+  const std::int64_t* dims = dst.shape().dims().data();
+  threads_.parallel_for(
+      rows, std::max<std::int64_t>(kCheapGrain / last, 1),
+      [&](std::int64_t first, std::int64_t end) {
+        // The input offset of the chunk's first output row as the CUDA kernel finds it per element
+        // (kernels::strided_index), then row by row as an odometer over the output's leading
+        // dims: a step adds in_step of the dim that moves and rewinds the dims that wrap, with no
+        // division per row.
+        std::vector<std::int64_t> at(static_cast<std::size_t>(r), 0);
+        for (std::int64_t d = r - 2, rest = first; d >= 0; --d) {
+          at[static_cast<std::size_t>(d)] = rest % dims[d];
+          rest /= dims[d];
+        }
+        std::int64_t offset = kernels::strided_index(first * last, r, dims, in_step.data());
+        for (std::int64_t row = first; row < end; ++row) {
+          const std::int64_t o = row * last;
+          strided_copy(out + static_cast<std::size_t>(o) * es,
+                       in + static_cast<std::size_t>(offset) * es, last, last_step, es);
+          for (int d = r - 2; d >= 0; --d) {
+            const auto u = static_cast<std::size_t>(d);
+            offset += in_step[u];
+            if (++at[u] < dims[d]) break;
+            offset -= dims[d] * in_step[u];
+            at[u] = 0;
+          }
+        }
+      });
 }
 
 void CpuBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
@@ -137,9 +265,12 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta
     T* o = out.data<T>();
     const std::int64_t n = a.numel(), nb = b.numel();
     const T ta = static_cast<T>(alpha), tb = static_cast<T>(beta);
-    for (std::int64_t i = 0; i < n; i += nb) {
-      for (std::int64_t j = 0; j < nb; ++j) o[i + j] = ta * x[i + j] + tb * y[j];
-    }
+    if (nb == 0) return;
+    threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      broadcast_runs(begin, end, nb, [&](std::int64_t i, std::int64_t j, std::int64_t len) {
+        for (std::int64_t k = 0; k < len; ++k) o[i + k] = ta * x[i + k] + tb * y[j + k];
+      });
+    });
   });
 }
 
@@ -150,9 +281,12 @@ void CpuBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) {
     const T* y = b.data<T>();
     T* o = out.data<T>();
     const std::int64_t n = a.numel(), nb = b.numel();
-    for (std::int64_t i = 0; i < n; i += nb) {
-      for (std::int64_t j = 0; j < nb; ++j) o[i + j] = x[i + j] * y[j];
-    }
+    if (nb == 0) return;
+    threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      broadcast_runs(begin, end, nb, [&](std::int64_t i, std::int64_t j, std::int64_t len) {
+        for (std::int64_t k = 0; k < len; ++k) o[i + k] = x[i + k] * y[j + k];
+      });
+    });
   });
 }
 
@@ -162,7 +296,9 @@ void CpuBackend::scale(const Tensor& x, double alpha, Tensor& out) {
     const T* in = x.data<T>();
     T* o = out.data<T>();
     const T k = static_cast<T>(alpha);
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = k * in[i];
+    threads_.parallel_for(x.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) o[i] = k * in[i];
+    });
   });
 }
 
@@ -171,7 +307,9 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = y.data<T>();
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = kernels::gelu(in[i]);
+    threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) o[i] = kernels::gelu(in[i]);
+    });
   });
 }
 
@@ -181,7 +319,9 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* in = x.data<T>();
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = g[i] * kernels::gelu_grad(in[i]);
+    threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) o[i] = g[i] * kernels::gelu_grad(in[i]);
+    });
   });
 }
 
@@ -202,17 +342,51 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     const T* in = x.data<T>();
     T* out = y.data<T>();
     const T keep_scale = static_cast<T>(1.0 / (1.0 - spec.p));
-    for (std::int64_t row = 0, n = x.numel(); row < n; row += last) {
-      // Global linear index of this local row's first element.
-      const std::int64_t base =
-          origin + kernels::strided_index(row, r, local.dims().data(), gstride.data());
-      for (std::int64_t j = 0; j < last; ++j) {
-        const bool keep = kernels::dropout_keep(spec.seed, spec.stream, spec.step,
-                                                static_cast<std::uint64_t>(base + j), spec.p);
-        m[row + j] = keep ? 1 : 0;
-        out[row + j] = kernels::dropout_apply(in[row + j], keep, keep_scale);
+    if (last == 0) return;
+    auto rows = [&](std::int64_t first, std::int64_t end) {
+      // kernels::dropout_keep, with each Philox call's four words used for the four elements
+      // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
+      // and a row's calls made in a loop of their own, where independent calls overlap.
+      std::vector<std::uint32_t> words;
+      for (std::int64_t row = first * last; row < end * last; row += last) {
+        // Global linear index of this local row's first element.
+        const auto base = static_cast<std::uint64_t>(
+            origin + kernels::strided_index(row, r, local.dims().data(), gstride.data()));
+        const std::uint64_t first_block = base >> 2;
+        const std::uint64_t blocks =
+            ((base + static_cast<std::uint64_t>(last) - 1) >> 2) - first_block + 1;
+        words.resize(4 * blocks);
+        auto draw = [&](std::uint64_t c) {
+          const std::uint64_t block = first_block + c;
+          const kernels::Philox4 bits = kernels::philox4x32(static_cast<std::uint32_t>(block),
+                                                            static_cast<std::uint32_t>(block >> 32),
+                                                            spec.stream, spec.step, spec.seed);
+          for (std::uint64_t k = 0; k < 4; ++k) words[4 * c + k] = bits.v[k];
+        };
+        std::uint64_t c = 0;
+        for (; c + 4 <= blocks; c += 4) {  // four independent calls in one body overlap
+          draw(c);
+          draw(c + 1);
+          draw(c + 2);
+          draw(c + 3);
+        }
+        for (; c < blocks; ++c) draw(c);
+        // Locals, not the captures: a store through the u8 mask may alias anything, so the
+        // compiler would reload every captured pointer after each one.
+        const std::uint32_t* bits = words.data() + (base & 3u);  // element j's word: bits[j]
+        const T* row_in = in + row;
+        T* row_out = out + row;
+        std::uint8_t* row_mask = m + row;
+        const double p = spec.p;
+        const T scale = keep_scale;
+        for (std::int64_t j = 0; j < last; ++j) {
+          const bool keep = kernels::uniform_from_bits(bits[j]) >= p;
+          row_mask[j] = keep ? 1 : 0;
+          row_out[j] = kernels::dropout_apply(row_in[j], keep, scale);
+        }
       }
-    }
+    };
+    threads_.parallel_for(x.numel() / last, std::max<std::int64_t>(kCostlyGrain / last, 1), rows);
   });
 }
 
@@ -223,9 +397,11 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p
     const auto* m = mask.data<std::uint8_t>();
     T* o = dx.data<T>();
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
-    for (std::int64_t i = 0, n = dy.numel(); i < n; ++i) {
-      o[i] = kernels::dropout_apply(g[i], m[i] != 0, keep_scale);
-    }
+    threads_.parallel_for(dy.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        o[i] = kernels::dropout_apply(g[i], m[i] != 0, keep_scale);
+      }
+    });
   });
 }
 

@@ -1,13 +1,20 @@
 // CpuBackend: the kernel table on the host. Loops call the per-element math in autograd/kernels/;
-// matrix products go to OpenBLAS through the GEMM descriptor.
+// matrix products go to OpenBLAS through the GEMM descriptor. GEMMs and the element and row loops
+// of large tensors are split over threads that every CpuBackend of the process shares, as many
+// as OpenBLAS had (OPENBLAS_NUM_THREADS, else the cores); OpenBLAS itself then runs each call on
+// one thread. Loops compute each element or row whole on one thread, so their results do not
+// depend on the count; a GEMM's do (its pieces), as OpenBLAS's own threading did, but never on
+// which thread ran a piece: a run with the same count gives the same bits.
 #pragma once
 
 #include "autograd/backend.h"
+#include "autograd/cpu/thread_pool.h"
 
 namespace shardscope {
 
 class CpuBackend final : public Backend {
  public:
+  CpuBackend();
   const char* name() const override { return "cpu"; }
 
   void* allocate(std::size_t bytes) override;
@@ -47,6 +54,9 @@ class CpuBackend final : public Backend {
                              Tensor& loss) override;
   void cross_entropy_backward(const Tensor& probs, const std::int64_t* targets, double scale,
                               Tensor& dlogits) override;
+
+ private:
+  cpu::RowThreads& threads_;  // shared by every CpuBackend (cpu_backend.cpp)
 };
 
 }  // namespace shardscope

@@ -1,5 +1,6 @@
 // CpuBackend: reductions and the row-wise kernels (layernorm, softmax, losses).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "autograd/cpu/cpu_backend.h"
@@ -19,6 +20,33 @@ std::int64_t row_length(const Tensor& t) {
   return t.rank() ? t.dim(-1) : 1;
 }
 
+// kernels::layernorm_row_statistics of up to kStatRows rows at once. Welford's update divides by
+// the count at every element, a chain of dependent divisions per row; the rows' chains are
+// independent, so interleaving them lets the divisions overlap. Each row's arithmetic is the
+// kernel's, in the kernel's order: the same bits as one row at a time.
+constexpr std::int64_t kStatRows = 4;
+
+template <class T>
+void row_statistics(const T* x, std::int64_t h, std::int64_t rows,
+                    kernels::Welford<double> (&w)[kStatRows]) {
+  for (std::int64_t k = 0; k < kStatRows; ++k) w[k] = kernels::Welford<double>{};
+  if (rows == kStatRows) {
+    for (std::int64_t j = 0; j < h; ++j) {
+      for (std::int64_t k = 0; k < kStatRows; ++k) {
+        kernels::welford_add(w[k], static_cast<double>(x[k * h + j]));
+      }
+    }
+    return;
+  }
+  for (std::int64_t k = 0; k < rows; ++k)
+    w[k] = kernels::layernorm_row_statistics(x + k * h, h, 0, 1);
+}
+
+// The fewest rows worth a thread: about 16k elements.
+std::int64_t row_grain(std::int64_t row_length) {
+  return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
+}
+
 }  // namespace
 
 void CpuBackend::sum_to_suffix(const Tensor& x, Tensor& out) {
@@ -26,12 +54,21 @@ void CpuBackend::sum_to_suffix(const Tensor& x, Tensor& out) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     const std::int64_t n = x.numel(), m = out.numel();
-    std::vector<double> acc(static_cast<std::size_t>(m), 0.0);
-    for (std::int64_t i = 0; i < n; i += m) {
-      for (std::int64_t j = 0; j < m; ++j) acc[static_cast<std::size_t>(j)] += in[i + j];
-    }
     T* o = out.data<T>();
-    for (std::int64_t j = 0; j < m; ++j) o[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+    // Each thread sums a range of columns over every row, in row order.
+    threads_.parallel_for(
+        m, std::max<std::int64_t>(64, (std::int64_t{1} << 15) * m / std::max<std::int64_t>(n, 1)),
+        [&](std::int64_t first, std::int64_t end) {
+          std::vector<double> acc(static_cast<std::size_t>(end - first), 0.0);
+          for (std::int64_t i = 0; i < n; i += m) {
+            for (std::int64_t j = first; j < end; ++j) {
+              acc[static_cast<std::size_t>(j - first)] += in[i + j];
+            }
+          }
+          for (std::int64_t j = first; j < end; ++j) {
+            o[j] = static_cast<T>(acc[static_cast<std::size_t>(j - first)]);
+          }
+        });
   });
 }
 
@@ -50,15 +87,21 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
   dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * h;
-      const kernels::Welford<double> w = kernels::layernorm_row_statistics(in, h, 0, 1);
-      const double inv = kernels::layernorm_rstd(w, eps);
-      kernels::layernorm_normalise_row(in, gamma.data<T>(), beta.data<T>(), y.data<T>() + r * h, h,
-                                       0, 1, w.mean, inv);
-      mean.data<T>()[r] = static_cast<T>(w.mean);
-      rstd.data<T>()[r] = static_cast<T>(inv);
-    }
+    threads_.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
+      kernels::Welford<double> w[kStatRows];
+      for (std::int64_t r0 = first; r0 < end; r0 += kStatRows) {
+        const std::int64_t n = std::min(kStatRows, end - r0);
+        row_statistics(x.data<T>() + r0 * h, h, n, w);
+        for (std::int64_t k = 0; k < n; ++k) {
+          const std::int64_t r = r0 + k;
+          const double inv = kernels::layernorm_rstd(w[k], eps);
+          kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma.data<T>(), beta.data<T>(),
+                                           y.data<T>() + r * h, h, 0, 1, w[k].mean, inv);
+          mean.data<T>()[r] = static_cast<T>(w[k].mean);
+          rstd.data<T>()[r] = static_cast<T>(inv);
+        }
+      }
+    });
   });
 }
 
@@ -69,25 +112,39 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
     using T = decltype(tag);
     const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
     const T* g = gamma.data<T>();
-    std::vector<double> dg(static_cast<std::size_t>(h), 0.0), db(static_cast<std::size_t>(h), 0.0);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * h;
-      const T* gy = dy.data<T>() + r * h;
-      const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-      const kernels::LayerNormRowSums sums =
-          kernels::layernorm_backward_row_sums(gy, in, g, h, 0, 1, mu, inv);
-      for (std::int64_t j = 0; j < h; ++j) {
-        kernels::layernorm_param_grad_add(dg[static_cast<std::size_t>(j)],
-                                          db[static_cast<std::size_t>(j)], gy[j], in[j], mu, inv);
+    // dx: each thread a range of rows.
+    threads_.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t r = first; r < end; ++r) {
+        const T* in = x.data<T>() + r * h;
+        const T* gy = dy.data<T>() + r * h;
+        const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
+        const kernels::LayerNormRowSums sums =
+            kernels::layernorm_backward_row_sums(gy, in, g, h, 0, 1, mu, inv);
+        const double n = static_cast<double>(h);
+        kernels::layernorm_backward_row(gy, in, g, dx.data<T>() + r * h, h, 0, 1, mu, inv,
+                                        sums.dxhat / n, sums.dxhat_xhat / n);
       }
-      const double n = static_cast<double>(h);
-      kernels::layernorm_backward_row(gy, in, g, dx.data<T>() + r * h, h, 0, 1, mu, inv,
-                                      sums.dxhat / n, sums.dxhat_xhat / n);
-    }
-    for (std::int64_t j = 0; j < h; ++j) {
-      dgamma.data<T>()[j] = static_cast<T>(dg[static_cast<std::size_t>(j)]);
-      dbeta.data<T>()[j] = static_cast<T>(db[static_cast<std::size_t>(j)]);
-    }
+    });
+    // dgamma, dbeta: each thread a range of columns, summed over the rows in row order.
+    const std::int64_t column_grain = std::max<std::int64_t>(16, row_grain(rows));
+    threads_.parallel_for(h, column_grain, [&](std::int64_t first, std::int64_t end) {
+      const auto width = static_cast<std::size_t>(end - first);
+      std::vector<double> dg(width, 0.0), db(width, 0.0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* in = x.data<T>() + r * h;
+        const T* gy = dy.data<T>() + r * h;
+        const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
+        for (std::int64_t j = first; j < end; ++j) {
+          const auto k = static_cast<std::size_t>(j - first);
+          kernels::layernorm_param_grad_add(dg[k], db[k], gy[j], in[j], mu, inv);
+        }
+      }
+      for (std::int64_t j = first; j < end; ++j) {
+        const auto k = static_cast<std::size_t>(j - first);
+        dgamma.data<T>()[j] = static_cast<T>(dg[k]);
+        dbeta.data<T>()[j] = static_cast<T>(db[k]);
+      }
+    });
   });
 }
 
@@ -96,13 +153,26 @@ void CpuBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {
     using T = decltype(tag);
     const std::int64_t sk = row_length(x), rows = x.numel() / std::max<std::int64_t>(sk, 1);
     const std::int64_t sq = causal ? x.dim(-2) : 1;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * sk;
-      const std::int64_t visible = kernels::softmax_visible(r, sq, sk, causal);
-      const double mx = kernels::row_max(in, visible, 0, 1);
-      const double total = kernels::row_sum_exp(in, visible, 0, 1, mx);
-      kernels::softmax_write_row(in, y.data<T>() + r * sk, sk, visible, 0, 1, mx, total);
-    }
+    threads_.parallel_for(rows, row_grain(sk) / 4 + 1, [&](std::int64_t first, std::int64_t end) {
+      // kernels::row_sum_exp then kernels::softmax_write_row, with each exp(x_j - max) computed
+      // once and kept (in double, as both use it) instead of twice: the same sum in the same
+      // order and the same quotients, so the same bits.
+      std::vector<double> e(static_cast<std::size_t>(sk));
+      for (std::int64_t r = first; r < end; ++r) {
+        const T* in = x.data<T>() + r * sk;
+        T* out = y.data<T>() + r * sk;
+        const std::int64_t visible = kernels::softmax_visible(r, sq, sk, causal);
+        const double mx = kernels::row_max(in, visible, 0, 1);
+        double total = 0.0;
+        for (std::int64_t j = 0; j < visible; ++j) {
+          e[static_cast<std::size_t>(j)] = std::exp(in[j] - mx);
+          total += e[static_cast<std::size_t>(j)];
+        }
+        for (std::int64_t j = 0; j < sk; ++j) {
+          out[j] = j < visible ? static_cast<T>(e[static_cast<std::size_t>(j)] / total) : T(0);
+        }
+      }
+    });
   });
 }
 
@@ -110,12 +180,14 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
   dispatch_floating(y.dtype(), "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
     const std::int64_t sk = row_length(y), rows = y.numel() / std::max<std::int64_t>(sk, 1);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* p = y.data<T>() + r * sk;
-      const T* g = dy.data<T>() + r * sk;
-      const double dot = kernels::softmax_backward_dot(p, g, sk, 0, 1);
-      kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
-    }
+    threads_.parallel_for(rows, row_grain(sk), [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t r = first; r < end; ++r) {
+        const T* p = y.data<T>() + r * sk;
+        const T* g = dy.data<T>() + r * sk;
+        const double dot = kernels::softmax_backward_dot(p, g, sk, 0, 1);
+        kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
+      }
+    });
   });
 }
 

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/context.h"
@@ -474,6 +476,102 @@ TEST(ThreadCommPointToPoint, PeerOutOfRangeIsAnArgumentError) {
   EXPECT_THROW(comms[0]->send(&x, sizeof x, 2), ArgumentError);
   EXPECT_THROW(comms[1]->recv(&x, sizeof x, -1), ArgumentError);
 }
+
+// A large all_reduce (64 KiB and up) is split among the ranks: rank r sums chunk r of every send
+// buffer block by block and writes it into every output. The sums must still be the serial sum
+// in rank order (so the same bits as a small all_reduce), for counts that divide neither into the
+// group nor into blocks, in place and not, sum and max, f32 and f64; and a large reduce_scatter
+// (blocked sums too) the same. Values round differently in other orders, so a wrong order fails.
+class LargeReductions : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+template <class T>
+std::vector<T> large_values(int rank, std::int64_t n) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(i)] =
+        static_cast<T>(0.1 * (rank + 1) + (rank % 2 ? 3e5 : -3e5) / (1.0 + static_cast<double>(i)) +
+                       1e-3 * static_cast<double>((i * 7919 + rank * 104729) % 1000));
+  }
+  return v;
+}
+
+template <class T>
+void check_large_reductions(int t) {
+  const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  // Above 64 KiB in both dtypes, a partial last block, and not a multiple of t (all_reduce).
+  const std::int64_t n = 40000 + 3;
+  const std::int64_t rs_n = (n / t) * t;  // reduce_scatter needs equal chunks
+  std::vector<std::vector<T>> in(static_cast<std::size_t>(t));
+  for (int r = 0; r < t; ++r) in[static_cast<std::size_t>(r)] = large_values<T>(r, n);
+  std::vector<T> sum = in[0], mx = in[0];
+  for (int r = 1; r < t; ++r) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      sum[u] += in[static_cast<std::size_t>(r)][u];
+      mx[u] = std::max(mx[u], in[static_cast<std::size_t>(r)][u]);
+    }
+  }
+  struct Got {
+    std::vector<T> sum_out, sum_in_place, max_out, scattered;
+    std::vector<T> send_after;
+  };
+  std::vector<Got> got(static_cast<std::size_t>(t));
+  auto comms = make_thread_comms(t, ThreadCommOptions{std::chrono::milliseconds(5000)});
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < t; ++r) {
+    ranks.emplace_back([&, r] {
+      Communicator& c = *comms[static_cast<std::size_t>(r)];
+      Got& g = got[static_cast<std::size_t>(r)];
+      const std::vector<T>& mine = in[static_cast<std::size_t>(r)];
+      CollectiveCall call;
+      call.kind = CollectiveKind::all_reduce;
+      call.count = n;
+      call.dtype = dtype;
+      g.sum_out.assign(static_cast<std::size_t>(n), T(0));
+      c.run(call, mine.data(), g.sum_out.data());
+      g.send_after = mine;
+      g.sum_in_place = mine;
+      c.run(call, g.sum_in_place.data(), g.sum_in_place.data());
+      call.reduce = ReduceOp::max;
+      g.max_out.assign(static_cast<std::size_t>(n), T(0));
+      c.run(call, mine.data(), g.max_out.data());
+      call.kind = CollectiveKind::reduce_scatter;
+      call.reduce = ReduceOp::sum;
+      call.count = rs_n;
+      g.scattered.assign(static_cast<std::size_t>(rs_n / t), T(0));
+      c.run(call, mine.data(), g.scattered.data());
+    });
+  }
+  for (std::thread& th : ranks) th.join();
+  for (int r = 0; r < t; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(t));
+    const Got& g = got[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(g.sum_out == sum) << "out of place all_reduce differs from the serial sum";
+    EXPECT_TRUE(g.sum_in_place == sum) << "in-place all_reduce differs from the serial sum";
+    EXPECT_TRUE(g.max_out == mx) << "all_reduce max differs";
+    EXPECT_TRUE(g.send_after == in[static_cast<std::size_t>(r)]) << "send buffer changed";
+    const std::int64_t chunk = rs_n / t;
+    const std::vector<T> want(sum.begin() + r * chunk, sum.begin() + (r + 1) * chunk);
+    EXPECT_TRUE(g.scattered == want) << "reduce_scatter differs from the serial sum";
+  }
+}
+
+TEST_P(LargeReductions, EqualTheSerialSumInRankOrderBitForBit) {
+  const int t = std::get<0>(GetParam());
+  if (std::get<1>(GetParam()) == DType::f32) {
+    check_large_reductions<float>(t);
+  } else {
+    check_large_reductions<double>(t);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupSizesAndDTypes, LargeReductions,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(DType::f32, DType::f64)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType>>& param_info) {
+                           return "t" + std::to_string(std::get<0>(param_info.param)) + "_" +
+                                  dtype_name(std::get<1>(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace shardscope

@@ -1,0 +1,131 @@
+// RowThreads: the CPU backend's loop threads. parallel_for(n, grain, f) cuts [0, n) into chunks
+// of at least `grain` indices and calls f(begin, end) once per chunk; the calling thread and the
+// workers take chunks from a shared counter until none is left. A worker that the system runs
+// late (a machine shared with other work) finds the chunks taken, so the call never waits for a
+// thread that has not started: at worst the caller does it all. The chunks depend only on n,
+// grain and the thread count, never on who runs them: when another caller is using the workers
+// the caller runs the same chunks alone, so a kernel whose result depends on its pieces (a GEMM
+// cut into column slices) gives the same bits every time. With one thread, or n < 2 grain, the
+// one chunk is [0, n). Workers start on first use and sleep on a condition variable between
+// calls.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace shardscope::cpu {
+
+class RowThreads {
+ public:
+  explicit RowThreads(int threads) : threads_(std::max(threads, 1)) {}
+  ~RowThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+  RowThreads(const RowThreads&) = delete;
+  RowThreads& operator=(const RowThreads&) = delete;
+
+  int threads() const { return threads_; }
+
+  template <class F>
+  void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
+    const std::int64_t most = n / std::max<std::int64_t>(grain, 1);
+    if (threads_ < 2 || most < 2) {
+      if (n > 0) f(std::int64_t{0}, n);
+      return;
+    }
+    // A few chunks per thread, so that a thread slowed down by other work costs little.
+    const std::int64_t chunks = std::min<std::int64_t>(most, 4 * std::int64_t{threads_});
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) {
+      for (std::int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
+      return;
+    }
+    run(n, chunks, std::function<void(std::int64_t, std::int64_t)>(f));
+  }
+
+ private:
+  void run(std::int64_t n, std::int64_t chunks, std::function<void(std::int64_t, std::int64_t)> f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (static_cast<int>(workers_.size()) < threads_ - 1) {
+        workers_.emplace_back([this] { work(); });
+      }
+      job_ = std::move(f);
+      n_ = n;
+      chunks_ = chunks;
+      next_.store(0, std::memory_order_relaxed);
+      active_ = true;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    take_chunks();
+    std::unique_lock<std::mutex> lock(mutex_);
+    active_ = false;  // a worker waking from now on leaves this call alone
+    done_.wait(lock, [this] { return working_ == 0; });
+    job_ = nullptr;
+    const std::exception_ptr error = error_;
+    lock.unlock();
+    if (error) std::rethrow_exception(error);
+  }
+
+  // Runs chunks until every chunk is taken; the first exception is kept for the caller.
+  void take_chunks() {
+    for (;;) {
+      const std::int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= chunks_) return;
+      try {
+        job_(n_ * c / chunks_, n_ * (c + 1) / chunks_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+
+  void work() {
+    std::uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (!active_) continue;
+      ++working_;
+      lock.unlock();
+      take_chunks();
+      lock.lock();
+      if (--working_ == 0) done_.notify_one();
+    }
+  }
+
+  const int threads_;
+  std::mutex busy_;  // held by the one caller using the workers
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  // The current call, written under mutex_ before the workers are woken.
+  std::function<void(std::int64_t, std::int64_t)> job_;
+  std::int64_t n_ = 0;
+  std::int64_t chunks_ = 0;
+  std::atomic<std::int64_t> next_{0};  // the next chunk to take
+  bool active_ = false;                // the caller has not finished its share yet
+  int working_ = 0;                    // workers inside take_chunks()
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace shardscope::cpu
