@@ -30,7 +30,7 @@ class Session {
  private:
   void wait_settled(std::chrono::seconds limit);
   void where() const;
-  void add_break(std::istringstream& args);
+  void add_break(const DebugCommand& parsed);
   void print_tensor(const std::string& name) const;
   template <class It>
   void print_rank_tensor(int r, const std::string& name, bool grad, It it, It end) const;
@@ -74,18 +74,13 @@ void Session::where() const {
   }
 }
 
-void Session::add_break(std::istringstream& args) {
-  std::string rest;
-  std::getline(args, rest);
-  Breakpoint b;
-  try {
-    b = Breakpoint::parse(rest);
-  } catch (const ArgumentError& e) {
-    out_ << e.what() << "\n";
+void Session::add_break(const DebugCommand& parsed) {
+  if (!parsed.breakpoint) {
+    out_ << parsed.error << "\n";
     return;
   }
-  const int id = live_.add_breakpoint(b);
-  out_ << "breakpoint " << id << ": " << b.str() << ", on every rank\n";
+  const int id = live_.add_breakpoint(*parsed.breakpoint);
+  out_ << "breakpoint " << id << ": " << parsed.breakpoint->str() << ", on every rank\n";
 }
 
 void Session::print_tensor(const std::string& name) const {
@@ -168,38 +163,48 @@ void Session::comm_lines(int r, const CommLog* log) const {
 }
 
 bool Session::command(const std::string& line) {
-  std::istringstream args(line);
-  std::string cmd;
-  args >> cmd;
-  if (cmd.empty()) return true;
+  using Kind = DebugCommand::Kind;
+  const DebugCommand parsed = parse_debug_command(line);
+  if (parsed.kind == Kind::none) return true;
   out_ << "> " << line << "\n";
-  if (cmd == "quit" || cmd == "q") return false;
-  if (cmd == "step" || cmd == "s") {
-    live_.step();
-    wait_settled(std::chrono::seconds(60));
-    where();
-  } else if (cmd == "next-collective" || cmd == "nc") {
-    live_.next_collective();
-    wait_settled(std::chrono::seconds(600));
-    where();
-  } else if (cmd == "continue" || cmd == "c") {
-    live_.resume();
-    wait_settled(std::chrono::seconds(3600));
-    where();
-  } else if (cmd == "break" || cmd == "b") {
-    add_break(args);
-  } else if (cmd == "where" || cmd == "w") {
-    where();
-  } else if (cmd == "print" || cmd == "p") {
-    std::string name;
-    args >> name;
-    print_tensor(name);
-  } else if (cmd == "mem") {
-    mem();
-  } else if (cmd == "comm") {
-    comm();
-  } else {
-    out_ << "unknown command '" << cmd << "'; " << kHelp << "\n";
+  switch (parsed.kind) {
+    case Kind::quit:
+      return false;
+    case Kind::none:  // returned above
+      break;
+    case Kind::step:
+      live_.step();
+      wait_settled(std::chrono::seconds(60));
+      where();
+      break;
+    case Kind::next_collective:
+      live_.next_collective();
+      wait_settled(std::chrono::seconds(600));
+      where();
+      break;
+    case Kind::resume:
+      live_.resume();
+      wait_settled(std::chrono::seconds(3600));
+      where();
+      break;
+    case Kind::add_break:
+      add_break(parsed);
+      break;
+    case Kind::where:
+      where();
+      break;
+    case Kind::print:
+      print_tensor(parsed.tensor);
+      break;
+    case Kind::mem:
+      mem();
+      break;
+    case Kind::comm:
+      comm();
+      break;
+    case Kind::unknown:
+      out_ << "unknown command '" << parsed.word << "'; " << kHelp << "\n";
+      break;
   }
   return true;
 }
@@ -215,6 +220,45 @@ int Session::finish() {
 }
 
 }  // namespace
+
+DebugCommand parse_debug_command(const std::string& line) {
+  using Kind = DebugCommand::Kind;
+  std::istringstream args(line);
+  DebugCommand c;
+  args >> c.word;
+  const std::string& w = c.word;
+  if (w.empty()) return c;
+  if (w == "quit" || w == "q") {
+    c.kind = Kind::quit;
+  } else if (w == "step" || w == "s") {
+    c.kind = Kind::step;
+  } else if (w == "next-collective" || w == "nc") {
+    c.kind = Kind::next_collective;
+  } else if (w == "continue" || w == "c") {
+    c.kind = Kind::resume;
+  } else if (w == "break" || w == "b") {
+    c.kind = Kind::add_break;
+    std::string rest;
+    std::getline(args, rest);
+    try {
+      c.breakpoint = Breakpoint::parse(rest);
+    } catch (const ArgumentError& e) {
+      c.error = e.what();
+    }
+  } else if (w == "where" || w == "w") {
+    c.kind = Kind::where;
+  } else if (w == "print" || w == "p") {
+    c.kind = Kind::print;
+    args >> c.tensor;
+  } else if (w == "mem") {
+    c.kind = Kind::mem;
+  } else if (w == "comm") {
+    c.kind = Kind::comm;
+  } else {
+    c.kind = Kind::unknown;
+  }
+  return c;
+}
 
 int debug_main(const RunOptions& options, std::istream& in, std::ostream& out) {
   Session session(options, out);

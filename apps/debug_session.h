@@ -12,12 +12,42 @@
 // Unknown commands get a one-line help.
 #pragma once
 
+#include <cstdint>
 #include <istream>
+#include <optional>
 #include <ostream>
+#include <string>
 
 #include "apps/run.h"
+#include "autograd/debugger.h"
 
 namespace shardscope {
+
+// One input line of the session, parsed without a run (what the session and the fuzz target
+// fuzz/debugger_fuzz.cpp share). The first word names the command (or its short form: s, nc, c,
+// b, w, p, q); the rest of the line is its argument.
+struct DebugCommand {
+  enum class Kind : std::uint8_t {
+    none,  // an empty or blank line
+    quit,
+    step,
+    next_collective,
+    resume,  // continue
+    add_break,
+    where,
+    print,
+    mem,
+    comm,
+    unknown,
+  };
+  Kind kind = Kind::none;
+  std::string word;                      // the first word as typed
+  std::string tensor;                    // print: the tensor name (may be empty)
+  std::optional<Breakpoint> breakpoint;  // break: the breakpoint, when its text parsed
+  std::string error;                     // break: why its text did not parse
+};
+// Never throws for any text: a bad breakpoint is DebugCommand::error.
+DebugCommand parse_debug_command(const std::string& line);
 
 // Returns the exit code: 0 when the session ended by quit, end of input or the run's end; 1 when
 // a rank failed for another reason.

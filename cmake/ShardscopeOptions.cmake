@@ -81,6 +81,24 @@ function(shardscope_target_defaults target)
   endif()
 endfunction()
 
+# libFuzzer targets (fuzz/, the `fuzz` preset): clang only. Every library and target gets
+# coverage for libFuzzer (fuzzer-no-link) with ASan + UBSan; fuzz/ links the fuzz targets with
+# -fsanitize=fuzzer (libFuzzer's main, Debian libclang-rt-14-dev).
+option(SHARDSCOPE_FUZZ "Build the libFuzzer targets in fuzz/ (needs clang++)" OFF)
+if(SHARDSCOPE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "SHARDSCOPE_FUZZ=ON needs clang++ (libFuzzer), given "
+                        "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER}: use cmake --preset fuzz")
+  endif()
+  if(SHARDSCOPE_SANITIZE)
+    message(FATAL_ERROR "SHARDSCOPE_FUZZ=ON brings its own sanitizers (address, undefined); "
+                        "given SHARDSCOPE_SANITIZE=${SHARDSCOPE_SANITIZE}, leave it empty")
+  endif()
+  add_compile_options(
+    "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=all>")
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
 if(SHARDSCOPE_SANITIZE)
   string(REPLACE ";" "," sanitizers "${SHARDSCOPE_SANITIZE}")
   add_compile_options(-fsanitize=${sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=all)

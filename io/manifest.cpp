@@ -99,8 +99,10 @@ std::string read_text(const std::string& path) {
 void check_files(const std::string& dir, const Manifest& m, const std::string& where) {
   for (const ManifestTensor& t : m.tensors) {
     const std::string path = (std::filesystem::path(dir) / t.file).string();
-    if (!std::filesystem::is_regular_file(path)) {
-      fail(where, "tensor '" + t.label() + "': file " + path + " is missing");
+    std::error_code ec;  // a name too long for the file system is an error here, not a throw
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      fail(where, "tensor '" + t.label() + "': file " + path + " is missing" +
+                      (ec ? " (" + ec.message() + ")" : ""));
     }
     NpyHeader h;
     try {
@@ -265,15 +267,27 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   if (!out.flush()) throw ManifestError(path + ": write failed");
 }
 
+json parse_manifest_text(const std::string& text, const std::string& what) {
+  // Deeper input is refused while it is parsed: printing a JSON value (as error messages do)
+  // recurses, so a file of 100k '[' would otherwise overflow the stack.
+  constexpr int kMaxNesting = 64;
+  const auto limit_depth = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxNesting) {
+      fail(what,
+           "JSON nested more than " + std::to_string(kMaxNesting) + " levels deep: not a manifest");
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, limit_depth);
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
+    throw ManifestError(what + ": not valid JSON: " + e.what());
+  }
+}
+
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kManifestFile).string();
-  json j;
-  try {
-    j = json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    throw ManifestError(path + ": not valid JSON: " + e.what());
-  }
-  Manifest m = manifest_from_json(j, path);
+  Manifest m = manifest_from_json(parse_manifest_text(read_text(path), path), path);
   check_files(dir, m, path);
   return m;
 }

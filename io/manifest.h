@@ -68,6 +68,10 @@ nlohmann::json manifest_json(const Manifest& manifest);
 // Validates the fields and their types (not the files); `what` names the source in errors.
 Manifest manifest_from_json(const nlohmann::json& json, const std::string& what);
 
+// Parses the text of a manifest.json (no field checks): a ManifestError naming `what` for bad JSON,
+// a number out of range, or nesting deeper than 64 levels (a manifest nests 4).
+nlohmann::json parse_manifest_text(const std::string& text, const std::string& what);
+
 // Writes dir/manifest.json (ManifestError naming the path when it cannot).
 void write_manifest(const std::string& dir, const Manifest& manifest);
 // Reads and validates dir/manifest.json, then checks that every tensor's file exists and that its

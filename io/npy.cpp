@@ -175,17 +175,17 @@ class HeaderParser {
   std::size_t pos_ = 0;
 };
 
-// Bytes of data a header's shape and dtype need; NpyError when the count overflows.
+// Bytes of data a header's shape and dtype need; NpyError when the count does not fit in 63 bits
+// (the rule Tensor::empty checks, so a header read here always makes a tensor).
 std::size_t data_bytes(const NpyHeader& h, const std::string& what) {
-  std::size_t bytes = dtype_size(h.dtype);
+  auto bytes = static_cast<std::int64_t>(dtype_size(h.dtype));
   for (std::int64_t d : h.shape.dims()) {
-    const auto dim = static_cast<std::size_t>(d);
-    if (dim != 0 && bytes > std::numeric_limits<std::size_t>::max() / dim) {
-      fail(what, "shape " + h.shape.str() + " is too large");
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      fail(what, "shape " + h.shape.str() + " of " + dtype_name(h.dtype) +
+                     " is too large: its byte size overflows 64 bits");
     }
-    bytes *= dim;
   }
-  return bytes;
+  return static_cast<std::size_t>(bytes);
 }
 
 void check_data_size(const NpyHeader& h, std::size_t file_size, const std::string& what) {
@@ -315,7 +315,9 @@ NpyHeader read_npy_header(const std::string& path) {
   if (prefix.size() >= 10 && prefix.compare(0, kMagicSize, kMagic, kMagicSize) == 0) {
     const std::size_t length_bytes = prefix[6] == 2 ? 4 : 2;
     if (prefix.size() >= 8 + length_bytes) {
-      prefix = read_file(path, 8 + length_bytes + read_le(prefix, 8, length_bytes));
+      // Never more than the file holds: a corrupt 2.0 header length can say 4 GiB.
+      const std::size_t header_end = 8 + length_bytes + read_le(prefix, 8, length_bytes);
+      prefix = read_file(path, std::min(header_end, size));
     }
   }
   const NpyHeader h = decode_npy_header(prefix, path);

@@ -18,6 +18,11 @@ namespace {
 
 using nlohmann::json;
 
+// A trace nests four levels (document, traceEvents, entry, args); a free-form config a few more.
+// Deeper input is refused while it is parsed: printing or copying a JSON value recurses, so a
+// file of 100k '[' would otherwise overflow the stack.
+constexpr int kMaxNesting = 64;
+
 // The parser callback's state. Depths (nlohmann): 0 the document, 1 its top-level values, 2 the
 // entries of traceEvents.
 struct StreamState {
@@ -47,6 +52,11 @@ struct StreamState {
 
   bool on_event(int depth, json::parse_event_t event, json& parsed) {
     using E = json::parse_event_t;
+    if (depth > kMaxNesting) {
+      throw TraceFormatError(file.source + ": JSON nested more than " +
+                             std::to_string(kMaxNesting) + " levels deep (event " +
+                             std::to_string(index) + "): not a shardscope trace");
+    }
     if (depth == 1) {
       if (event == E::key) top_key = parsed.get<std::string>();
       if (event == E::array_start) in_events = top_key == "traceEvents";

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian 12 machine: installs what is missing, checks the
 # formatting, runs the threaded tests under ThreadSanitizer and the unit tests under
-# AddressSanitizer + UBSan, then builds the default preset with warnings as errors, runs every
-# ctest label (unit, threads, e2e, mpi, viz, gpu, lab) and runs every command the docs show against
-# that build (scripts/check-docs.sh). The sanitizer runs leave out label mpi: LeakSanitizer reports
+# AddressSanitizer + UBSan, fuzzes every reader of outside input for a minute (scripts/fuzz.sh),
+# then builds the default preset with warnings as errors, runs every ctest label (unit, threads,
+# e2e, mpi, viz, gpu, lab) and runs every command the docs show against that build
+# (scripts/check-docs.sh). The sanitizer runs leave out label mpi: LeakSanitizer reports
 # Open MPI's own allocations. Its last line is the docs check's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,9 @@ cmake --preset asan-ubsan -DSHARDSCOPE_WERROR=ON >/dev/null
 cmake --build --preset asan-ubsan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --preset asan-ubsan -j "$jobs"
+
+echo "== libFuzzer targets (clang, ASan + UBSan), 12 s each over their seed corpora"
+bash scripts/fuzz.sh 12
 
 echo "== build (default preset, warnings are errors) and every test"
 cmake --preset default -DSHARDSCOPE_WERROR=ON >/dev/null

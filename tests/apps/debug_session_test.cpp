@@ -82,6 +82,31 @@ TEST(DebugSession, BreakpointsPrintMemAndHelp) {
   EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'mlp.fc2.weight.grad' yet"));
 }
 
+// The session's parser alone (what fuzz/debugger_fuzz.cpp drives): no run is started.
+TEST(DebugCommandParse, NamesTheCommandItsShortFormAndItsArgument) {
+  using Kind = DebugCommand::Kind;
+  EXPECT_EQ(parse_debug_command("").kind, Kind::none);
+  EXPECT_EQ(parse_debug_command("  \t ").kind, Kind::none);
+  EXPECT_EQ(parse_debug_command("nc").kind, Kind::next_collective);
+  EXPECT_EQ(parse_debug_command("  continue  ").kind, Kind::resume);
+  const DebugCommand print = parse_debug_command("p attn.qkv.weight.grad extra");
+  EXPECT_EQ(print.kind, Kind::print);
+  EXPECT_EQ(print.tensor, "attn.qkv.weight.grad");
+  const DebugCommand layer = parse_debug_command("b layer 3");
+  ASSERT_TRUE(layer.breakpoint.has_value());
+  EXPECT_EQ(layer.breakpoint->layer, 3);
+  EXPECT_TRUE(layer.error.empty());
+  const DebugCommand bad = parse_debug_command("break a/b/c");
+  EXPECT_EQ(bad.kind, Kind::add_break);
+  EXPECT_FALSE(bad.breakpoint.has_value());
+  EXPECT_THAT(bad.error, HasSubstr("more than one '/'"));
+  EXPECT_THAT(parse_debug_command("break layer 99999999999").error,
+              HasSubstr("expected <op> (gelu, attn.qkv/matmul, mlp.fc1/), layer <N>"));
+  const DebugCommand unknown = parse_debug_command("frobnicate now");
+  EXPECT_EQ(unknown.kind, Kind::unknown);
+  EXPECT_EQ(unknown.word, "frobnicate");
+}
+
 TEST(DebugSession, ContinueToTheEndFinishesTheRun) {
   int code = -1;
   const std::string out = session(small_run(ParallelMode::ulysses, 2), "continue\n", &code);

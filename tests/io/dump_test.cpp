@@ -228,6 +228,23 @@ TEST_F(DumpTest, ManifestErrorsNameTheFieldAndTensor) {
               ::testing::ThrowsMessage<ManifestError>(HasSubstr("cannot open the manifest")));
 }
 
+// Found by fuzz/manifest_fuzz.cpp (seeds tests/fuzz_corpus/manifest/regression_*): a number out
+// of range and a file name too long for the file system escaped read_manifest as nlohmann and
+// std::filesystem exceptions, and 100k nested '[' overflowed the stack printing the value.
+TEST_F(DumpTest, ManifestNumbersOutOfRangeLongFileNamesAndDeepNestingAreManifestErrors) {
+  const std::string d = write_sample("two", 2);
+  EXPECT_THAT(manifest_error(d, [](json& j) { j["tensors"][0]["file"] = std::string(300, 'x'); }),
+              AllOf(HasSubstr("tensor 'act'"), HasSubstr("is missing (File name too long)")));
+  std::ofstream(d + "/manifest.json") << R"({"format": "shardscope-dump", "degree": 1e400})";
+  EXPECT_THAT([&] { read_manifest(d); },
+              ::testing::ThrowsMessage<ManifestError>(
+                  AllOf(HasSubstr("not valid JSON"), HasSubstr("number overflow"))));
+  std::ofstream(d + "/manifest.json", std::ios::trunc)
+      << R"({"format": )" << std::string(100000, '[') << std::string(100000, ']') << "}";
+  EXPECT_THAT([&] { read_manifest(d); }, ::testing::ThrowsMessage<ManifestError>(
+                                             HasSubstr("nested more than 64 levels deep")));
+}
+
 TEST_F(DumpTest, ABadNpyFileIsNamedWithItsTensor) {
   const std::string d = write_sample("two", 2);
   std::ofstream(d + "/bias.npy", std::ios::binary | std::ios::trunc) << "garbage";

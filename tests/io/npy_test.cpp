@@ -196,6 +196,22 @@ TEST_F(NpyTest, RejectsBadFiles) {
   EXPECT_THAT(read_error(npy_file("not a dict", data)), HasSubstr("expected '{'"));
 }
 
+// Found by fuzz/npy_fuzz.cpp (seeds tests/fuzz_corpus/npy/regression_*): a shape whose byte
+// size overflows 64 bits only after an empty dim was a ShapeError from the tensor, not an
+// NpyError; a 2.0 header length of 4 GiB made read_npy_header allocate that much.
+TEST_F(NpyTest, RejectsShapesTooLargeAndHeaderLengthsPastTheFile) {
+  const std::string huge = npy_file(
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (4611686018427387904, 2, 0), }", "");
+  EXPECT_THAT(read_error(huge), AllOf(HasSubstr("shape [4611686018427387904, 2, 0] of u8"),
+                                      HasSubstr("its byte size overflows 64 bits")));
+  EXPECT_THROW(decode_npy(huge, ctx_, "huge.npy"), NpyError);
+
+  std::string v2("\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", 20);
+  EXPECT_THAT(read_error(v2), AllOf(HasSubstr("truncated header"),
+                                    HasSubstr("the header length says 4294967295 bytes, the "
+                                              "file has 8")));
+}
+
 TEST_F(NpyTest, WriteFailureNamesThePath) {
   const Tensor t = Tensor::zeros(ctx_, {2});
   const std::string file = path("no/such/folder/t.npy");

@@ -138,6 +138,19 @@ TEST(TraceReader, RejectsAFileThatCannotBeOpened) {
   EXPECT_THROW(read_trace(trace_testing::temp_path("no_such_trace.json")), Error);
 }
 
+// Found by fuzzing (fuzz/trace_reader_fuzz.cpp): 100k nested '[' in a field overflowed the stack
+// when the error message printed the value; the reader now refuses nesting past 64 levels as it
+// parses. A number out of range is a TraceFormatError too.
+TEST(TraceReader, RejectsDeepNestingAndNumbersOutOfRange) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string head = R"({"otherData": {"format": "shardscope-trace", "config": )";
+  EXPECT_THAT(rejection(head + deep + "}}"),
+              AllOf(StartsWith("bad.json: "), HasSubstr("nested more than 64 levels deep")));
+  EXPECT_THAT(rejection(R"({"traceEvents": [{"ph": )" + deep + "}]}"),
+              HasSubstr("nested more than 64 levels deep (event 0)"));
+  EXPECT_THAT(rejection(R"({"traceEvents": [{"ts": 1e400}]})"), HasSubstr("number overflow"));
+}
+
 // Cut the file at 64 offsets and corrupt one byte at 64 others: each parses or throws
 // TraceFormatError, never anything else.
 TEST(TraceReader, NeverCrashesOnCutsOrCorruptions) {
