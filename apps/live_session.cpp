@@ -81,6 +81,11 @@ LiveSession::LiveSession(const RunOptions& options, Observer* observer)
     throw ArgumentError("a live session runs its ranks as threads: --comm must be threads, given " +
                         std::string(comm_kind_name(options.comm)));
   }
+  if (options.fault) {
+    throw ArgumentError(
+        "--inject-fault applies to shardscope run: a live session's collectives wait for "
+        "paused ranks without a timeout");
+  }
   options_.validate();
   for (int r = 0; r < options.spec.layer.degree; ++r) {
     slots_.push_back(std::make_unique<RankSlot>());

@@ -30,7 +30,8 @@ void print_header(const RunOptions& o, std::ostream& out) {
       << " a=" << c.heads << ", dropout " << c.dropout << ", " << dtype_name(c.dtype) << ", seed "
       << c.seed << ", " << o.spec.steps
       << (o.spec.steps == 1 ? " SGD step (lr " : " SGD steps (lr ") << o.spec.learning_rate
-      << "), backend " << backend_name(o.backend) << "\n";
+      << "), backend " << backend_name(o.backend)
+      << (o.spec.check_finite ? ", every output and gradient checked for NaN/Inf" : "") << "\n";
 }
 
 void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
@@ -89,6 +90,7 @@ void RunOptions::validate() const {
     throw ArgumentError("--keep-gathered-input applies to --mode tp-sp only");
   }
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
+  if (fault) check_fault_plan(*fault, spec.layer.degree, check_calls);
   // ThreadComm and MpiComm move host memory, NcclComm device memory.
   if (backend == DeviceKind::cuda && comm != CommKind::nccl) {
     throw ArgumentError(std::string("--backend cuda needs --comm nccl: --comm ") +
@@ -163,6 +165,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   spmd.comm = options.comm;
   spmd.timeout = std::chrono::milliseconds(options.timeout_ms);
   spmd.check_calls = options.check_calls;
+  spmd.fault = options.fault;
   std::mutex mutex;
   RunResult result;
   bool have_rank0 = false;

@@ -2,6 +2,7 @@
 // reference check, the communication table and the memory table.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct RunOptions {
   std::string dump_dir;     // empty: no dump (.npy files and manifest.json, docs/dump-format.md)
   std::string load_dir;     // empty: weights and data from the seed; else from this dump
   std::string trace_path;   // empty: no trace (Chrome trace events, docs/trace-format.md)
+  std::optional<FaultPlan> fault;  // --inject-fault: a rank misbehaves on purpose
 
   // Throws ArgumentError naming the flag and the rule, before any rank starts.
   void validate() const;

@@ -23,8 +23,16 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
                "nccl: skip the host-side exchange before every NCCL call that checks every rank "
                "issues the same collective");
   run.add_flag("--no-check", text.no_check, "skip the comparison with the single-device layer");
+  run.add_flag("--check-finite", o.spec.check_finite,
+               "check every op's outputs and every gradient for NaN and Inf; the first one ends "
+               "the run with an error naming the op, layer, phase, step and rank");
   run.add_flag("--keep-gathered-input", o.spec.keep_gathered_input,
                "tp-sp: keep the all-gathered linear inputs for backward instead of re-gathering");
+  run.add_option_function<std::string>(
+      "--inject-fault", [&text](const std::string& value) { text.inject_fault = value; },
+      "rank=R,at=OP[,kind=throw|wrong-size|skip-collective|hang]: rank R misbehaves at its "
+      "first collective or op named OP (a collective kind such as all_gather, or an op name "
+      "such as gather_matmul or matmul), to see how the run fails (docs/user-guide.md)");
   run.add_option("--timeout-ms", o.timeout_ms,
                  "threads, and nccl without mpirun: how long a collective waits for a rank")
       ->capture_default_str();
@@ -72,7 +80,8 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--batch",      "--hidden",        "--heads",
                                        "--dropout",    "--steps",         "--lr",
                                        "--seed",       "--dtype",         "--report",
-                                       "--dump",       "--load"};
+                                       "--dump",       "--load",          "--check-finite"};
+  if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
@@ -83,6 +92,7 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   resolve_comm_and_backend(comm, backend, o);
   o.spec.check = !no_check;
   o.check_calls = !no_call_check;
+  if (inject_fault) o.fault = parse_fault_plan(*inject_fault);
   if (no_call_check && o.comm != CommKind::nccl) {
     throw ArgumentError("--no-call-check applies to --comm nccl (threads and mpi always check)");
   }

@@ -2,6 +2,7 @@
 // debug, and shardscope-viz's live mode), so they spell and check them the same way.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@ struct RunFlags {
   // --backend cuda; otherwise cpu and threads.
   std::string comm, backend;
   bool no_check = false, no_call_check = false;
+  std::optional<std::string> inject_fault;  // the text of --inject-fault, when given
 
   // Adds --mode, --degree, --seq, ... to `app`; with `outputs`, also --report, --dump, --load
   // and --trace (the files a run writes or reads).

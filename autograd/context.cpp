@@ -2,9 +2,14 @@
 #include "autograd/context.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
 
 #include "autograd/backend.h"
+#include "autograd/errors.h"
 #include "autograd/storage.h"
+#include "autograd/tensor.h"
 
 namespace shardscope {
 
@@ -120,6 +125,91 @@ std::string Context::where(std::string_view op) const {
 
 std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category) {
   return std::make_shared<Storage>(*this, bytes, category);
+}
+
+namespace {
+
+// True when any element's exponent bits are all ones (NaN or Inf): integer work only, so the
+// common all-finite case is one vectorisable pass. Bits is uint32_t for f32, uint64_t for f64.
+template <class Bits>
+bool any_non_finite_bits(const unsigned char* bytes, std::size_t n, Bits exponent) {
+  Bits bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, bytes + i * sizeof(Bits), sizeof(Bits));
+    bad |= static_cast<Bits>((bits & exponent) == exponent);
+  }
+  return bad != 0;
+}
+
+template <class Value>
+void count_values(const unsigned char* bytes, std::size_t n, NonFiniteCount& count) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Value v;
+    std::memcpy(&v, bytes + i * sizeof(Value), sizeof(Value));
+    if (std::isfinite(v)) continue;
+    if (std::isnan(v)) {
+      ++count.nan;
+    } else {
+      ++count.inf;
+    }
+    if (count.first < 0) {
+      count.first = static_cast<std::int64_t>(i);
+      count.first_value = static_cast<double>(v);
+    }
+  }
+}
+
+// "[0, 1, 3]": the row-major multi-index of flat element `flat` of `shape`.
+std::string index_of(const Shape& shape, std::int64_t flat) {
+  std::vector<std::int64_t> index(static_cast<std::size_t>(shape.rank()));
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    const std::int64_t extent = shape[d];
+    index[static_cast<std::size_t>(d)] = extent > 0 ? flat % extent : 0;
+    flat = extent > 0 ? flat / extent : 0;
+  }
+  return Shape(std::move(index)).str();
+}
+
+}  // namespace
+
+NonFiniteCount count_non_finite(const Tensor& t) {
+  NonFiniteCount count;
+  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return count;
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  std::vector<unsigned char> host;
+  const unsigned char* bytes = static_cast<const unsigned char*>(t.raw_data());
+  if (t.device().kind != DeviceKind::cpu) {
+    host.resize(t.bytes());
+    t.ctx().backend().copy_to_host(host.data(), t.raw_data(), host.size());
+    bytes = host.data();
+  }
+  if (t.dtype() == DType::f32) {
+    if (any_non_finite_bits<std::uint32_t>(bytes, n, 0x7f800000u)) {
+      count_values<float>(bytes, n, count);
+    }
+  } else if (any_non_finite_bits<std::uint64_t>(bytes, n, 0x7ff0000000000000ull)) {
+    count_values<double>(bytes, n, count);
+  }
+  return count;
+}
+
+std::string describe_non_finite(const Tensor& t, const NonFiniteCount& count) {
+  std::ostringstream out;
+  out << t.describe() << " is not finite at step " << t.ctx().step() << ": "
+      << count.nan + count.inf << " of " << t.numel() << " elements (" << count.nan << " NaN, "
+      << count.inf << " Inf), the first at " << index_of(t.shape(), count.first) << " = "
+      << count.first_value;
+  return out.str();
+}
+
+void check_finite(const Tensor& t, const std::string& where, const std::string& what,
+                  const std::string& hint) {
+  const NonFiniteCount count = count_non_finite(t);
+  if (!count.any()) return;
+  std::string message = where + ": " + what + " " + describe_non_finite(t, count);
+  if (!hint.empty()) message += "; " + hint;
+  throw NumericalError(message);
 }
 
 }  // namespace shardscope

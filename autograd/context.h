@@ -15,6 +15,7 @@ namespace shardscope {
 
 class Backend;
 class Storage;
+class Tensor;
 
 // "op 'matmul' in attn.qkv (layer 0, forward, rank 0)": where an error happened, one format for
 // forward ops (Context::where) and backward nodes (Node::where).
@@ -39,6 +40,12 @@ class Context {
   void notify(F&& call) const {
     for (Observer* o : observers_) call(*o);
   }
+
+  // The numerical guard: when on, every forward op checks its outputs and the backward pass every
+  // gradient for NaN and Inf, and the first one throws NumericalError (check_finite below). Off
+  // by default, where it costs one branch per op.
+  bool check_finite() const { return check_finite_; }
+  void set_check_finite(bool on) { check_finite_ = on; }
 
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
@@ -76,12 +83,33 @@ class Context {
   std::string scope_;
   std::string current_op_;
   bool grad_enabled_ = true;
+  bool check_finite_ = false;
   Phase phase_ = Phase::forward;
   int layer_ = -1;
   std::int64_t step_ = 0;
   std::uint64_t seq_ = 0;
   std::uint64_t storage_ids_ = 0;
 };
+
+// The non-finite elements of a tensor (NaN and Inf), for the numerical guard.
+struct NonFiniteCount {
+  std::int64_t nan = 0;
+  std::int64_t inf = 0;
+  std::int64_t first = -1;  // flat index of the first one; -1 when every element is finite
+  double first_value = 0;
+  bool any() const { return first >= 0; }
+};
+// Scans an f32 or f64 tensor on any device (through copy_to_host off the CPU); integer and
+// undefined tensors count nothing.
+NonFiniteCount count_non_finite(const Tensor& t);
+// Throws NumericalError when `t` holds NaN or Inf: "<where>: <what> f32[2, 3] is not finite at
+// step 4: 2 of 6 elements (1 NaN, 1 Inf), the first at [0, 1] = inf" followed by `hint` when not
+// empty. `where` is Context::where or Node::where, `what` says which tensor ("output 0",
+// "gradient of input 1").
+void check_finite(const Tensor& t, const std::string& where, const std::string& what,
+                  const std::string& hint = {});
+// The part of that message after `what`: "f32[2, 3] is not finite at step 4: ..." (no hint).
+std::string describe_non_finite(const Tensor& t, const NonFiniteCount& count);
 
 // Disables graph recording in a scope (optimizer steps, evaluation).
 class NoGradGuard {

@@ -50,16 +50,27 @@ class BackwardState {
   std::string scope_;
 };
 
-void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
+// Returns true when `g` was added to a gradient the leaf already had (false: copied into a new
+// one).
+bool accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
   Context& ctx = *leaf.ctx;
   if (!leaf.grad.defined()) {
     Tensor fresh = Tensor::empty(ctx, leaf.shape, leaf.dtype);
     fresh.storage()->set_category(MemoryCategory::gradient);
     ctx.backend().copy(g, fresh);
     leaf.grad = fresh;
-  } else {
-    ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
+    return false;
   }
+  ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
+  return true;
+}
+
+// The numerical guard on a sum (a copy of a checked gradient needs no second look): `n`'s
+// gradient of input `i`, finite, added to `onto`.
+void check_gradient_sum(const Tensor& sum, const Node& n, std::size_t i, const char* onto,
+                        const char* hint) {
+  check_finite(sum, n.where(), "gradient of input " + std::to_string(i) + " added to " + onto,
+               hint);
 }
 
 Tensor sum_gradients(const Tensor& a, const Tensor& b) {
@@ -157,6 +168,11 @@ void run_backward(const Tensor& root, const Tensor& grad) {
   Context& ctx = root.ctx();
   BackwardState state(ctx);
   Tensor seed = seed_gradient(root, grad);
+  if (ctx.check_finite()) {
+    const std::string where =
+        root.grad_fn() ? root.grad_fn()->where() : "backward of " + root.describe();
+    check_finite(seed, where, "the gradient given to backward()");
+  }
   if (root.is_leaf()) {
     accumulate_into_leaf(*root.impl(), seed);
     return;
@@ -178,13 +194,26 @@ void run_backward(const Tensor& root, const Tensor& grad) {
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
       const Edge& e = n->edges()[i];
       const Tensor& g = input_grads[i];
-      if (e.leaf && g.defined() && e.leaf->requires_grad) accumulate_into_leaf(*e.leaf, g);
+      if (e.leaf && g.defined() && e.leaf->requires_grad && accumulate_into_leaf(*e.leaf, g) &&
+          ctx.check_finite()) {
+        check_gradient_sum(e.leaf->grad, *n, i, "the leaf's gradient so far",
+                           "the gradient coming in was finite: the sum overflowed, or the "
+                           "leaf's gradient already held NaN or Inf");
+      }
       if (!e.node) continue;
       if (g.defined()) {
         std::vector<Tensor>& slot = pending[e.node.get()];
         slot.resize(e.node->output_shapes.size());
         Tensor& acc = slot[static_cast<std::size_t>(e.output_index)];
-        acc = acc.defined() ? sum_gradients(acc, g) : g;
+        if (acc.defined()) {
+          acc = sum_gradients(acc, g);
+          if (ctx.check_finite()) {
+            check_gradient_sum(acc, *n, i, "the gradient of its other uses",
+                               "both were finite: the sum overflowed");
+          }
+        } else {
+          acc = g;
+        }
       }
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }

@@ -37,4 +37,11 @@ class ArgumentError : public Error {
   using Error::Error;
 };
 
+// The numerical guard (Context::set_check_finite) found NaN or Inf in an op's output (forward) or
+// in a gradient (backward); the message names the op, the tensor and the first bad element.
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace shardscope

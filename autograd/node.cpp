@@ -4,6 +4,22 @@
 #include "autograd/errors.h"
 
 namespace shardscope {
+namespace {
+
+// The numerical guard's hint for a non-finite gradient: whether one flowing in already held NaN or
+// Inf or all were finite (this node's backward made them).
+std::string incoming_hint(const std::vector<Tensor>& grad_outputs) {
+  for (std::size_t j = 0; j < grad_outputs.size(); ++j) {
+    const NonFiniteCount count = count_non_finite(grad_outputs[j]);
+    if (count.any()) {
+      return "the gradient of output " + std::to_string(j) + " flowing in already held " +
+             std::to_string(count.nan) + " NaN and " + std::to_string(count.inf) + " Inf";
+    }
+  }
+  return "the gradients flowing in are finite: this backward made them";
+}
+
+}  // namespace
 
 Node::Node(Context& ctx, std::string op, std::uint64_t seq, BackwardFn backward)
     : ctx_(ctx),
@@ -121,6 +137,9 @@ std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
     if (&grads[i].ctx() != &ctx_) {
       throw ArgumentError(where() + ": " + which + " belongs to another context (rank " +
                           std::to_string(grads[i].ctx().rank()) + ")");
+    }
+    if (ctx_.check_finite() && count_non_finite(grads[i]).any()) {
+      check_finite(grads[i], where(), which, incoming_hint(grad_outputs));
     }
   }
   return grads;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "autograd/backend.h"
 #include "autograd/kernels/philox.h"
@@ -233,8 +234,16 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     }
   }
 
+  struct CheckFinite {  // the numerical guard for this run only
+    Context& ctx;
+    bool previous;
+    ~CheckFinite() { ctx.set_check_finite(previous); }
+  } check_finite{env.ctx, env.ctx.check_finite()};
+  env.ctx.set_check_finite(spec.check_finite || check_finite.previous);
+
   RankRun run;
   run.rank = env.rank;
+  run.steps.reserve(static_cast<std::size_t>(spec.steps));  // no growth as the run goes on
   for (int step = 0; step < spec.steps; ++step) {
     env.ctx.set_step(step);
     if (spec.on_step && env.rank == 0) spec.on_step(step);
@@ -242,24 +251,28 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     // The last step's output is let go first, so an inspector never holds memory the run
     // would have freed (the ledger's numbers stay those of `shardscope run`).
     if (inspector && step > 0) inspector->tensor(env.rank, "output", ParallelTensor{});
-    ParallelTensor y = layer.forward(x);
-    if (inspector) inspector->tensor(env.rank, "output", y);
-    if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
-    auto [loss, seed] = mse_and_seed(env.group, y, target);
-    y.local.backward(seed);
-    layer.reduce_gradients();
     std::chrono::duration<double, std::milli> checking{0};  // left out of the step's time
-    if (step == 0 && spec.check && c.mode != ParallelMode::single) {
-      const auto check_start = std::chrono::steady_clock::now();
-      layer.check_replicated();
-      run.check = reference_check(env, spec, layer, x, y);
-      if (inspector) inspector->check(env.rank, run.check);
-      checking = std::chrono::steady_clock::now() - check_start;
-    }
-    if (step == 0 && spec.dump) {  // also left out of the step's time
-      const auto dump_start = std::chrono::steady_clock::now();
-      spec.dump(env, run_tensors(layer, x, target, y, seed));
-      checking += std::chrono::steady_clock::now() - dump_start;
+    double loss = 0;
+    {  // the step's output, seed and graph live in here
+      ParallelTensor y = layer.forward(x);
+      if (inspector) inspector->tensor(env.rank, "output", y);
+      if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
+      Tensor seed;
+      std::tie(loss, seed) = mse_and_seed(env.group, y, target);
+      y.local.backward(seed);
+      layer.reduce_gradients();
+      if (step == 0 && spec.check && c.mode != ParallelMode::single) {
+        const auto check_start = std::chrono::steady_clock::now();
+        layer.check_replicated();
+        run.check = reference_check(env, spec, layer, x, y);
+        if (inspector) inspector->check(env.rank, run.check);
+        checking = std::chrono::steady_clock::now() - check_start;
+      }
+      if (step == 0 && spec.dump) {  // also left out of the step's time
+        const auto dump_start = std::chrono::steady_clock::now();
+        spec.dump(env, run_tensors(layer, x, target, y, seed));
+        checking += std::chrono::steady_clock::now() - dump_start;
+      }
     }
     std::vector<Tensor> params;
     for (const ShardedParameter& p : layer.params()) params.push_back(p.local);
@@ -267,7 +280,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     x.local.zero_grad();
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start - checking;
-    run.steps.push_back({loss, elapsed.count()});
+    run.steps.push_back({loss, elapsed.count(), ledger.live_total()});
     if (step == 0) run.comm = comm.lines();
   }
   run.memory.peak_bytes = static_cast<double>(ledger.peak_total());

@@ -32,6 +32,9 @@ struct LayerRunSpec {
   double learning_rate = 0.1;
   bool check = true;  // compare step 0 with the single-device layer; check replicated params
   bool keep_gathered_input = false;  // tp-sp: keep the gathered linear inputs for backward
+  // The numerical guard (Context::set_check_finite) on the rank's context for the whole run: the
+  // first NaN or Inf in an op's output or a gradient is a NumericalError naming the op and rank.
+  bool check_finite = false;
   // Called on every rank at step 0, after backward, with every tensor of the run (a dump).
   std::function<void(RankEnv&, const std::vector<RankTensor>&)> dump;
   // Overwrites a full tensor the run starts from (a parameter by name, "input", "target") with
@@ -44,6 +47,10 @@ struct LayerRunSpec {
 struct StepRecord {
   double loss = 0;
   double time_ms = 0;
+  // The ledger's live bytes (every category) at the end of the step, once its output, seed and
+  // graph are gone: the parameters, the input and target, and what leaked. Equal from step to
+  // step in a run that does not leak.
+  std::size_t live_bytes = 0;
 };
 
 struct RankMemory {

@@ -191,8 +191,9 @@ bool mpi_available() {
 
 // Declared in spmd_launch.h. This process runs its own rank; a rank whose function throws ends the
 // whole job with its message (MpiComm::abort), so no rank waits for it. SpmdOptions::timeout does
-// not apply: MPI collectives have no time limit (mpirun --timeout bounds a whole job).
-void run_spmd_mpi(int world, const SpmdOptions& /*options*/, const RankFn& fn) {
+// not apply to collectives: MPI collectives have no time limit (mpirun --timeout bounds a whole
+// job); it only sets how long an injected hang (SpmdOptions::fault) sleeps before its rank throws.
+void run_spmd_mpi(int world, const SpmdOptions& options, const RankFn& fn) {
   ensure_mpi_initialized();
   int processes = 0;
   SHARDSCOPE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &processes));
@@ -201,7 +202,7 @@ void run_spmd_mpi(int world, const SpmdOptions& /*options*/, const RankFn& fn) {
                         std::to_string(processes) + " processes");
   }
   MpiComm comm(MPI_COMM_WORLD);
-  run_process_rank(comm, Device::cpu(), fn);
+  run_process_rank(comm, Device::cpu(), fn, options);
 }
 
 }  // namespace shardscope

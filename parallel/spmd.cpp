@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "parallel/spmd_launch.h"
@@ -62,9 +63,13 @@ std::string join_errors(const std::vector<SpmdError::RankError>& errors) {
 }
 
 // The rank function in `ctx`, with out-of-memory named where it happened, then a barrier so a rank
-// that returns while another still waits in a collective is a mismatch error at once.
-void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn) {
+// that returns while another still waits in a collective is a mismatch error at once. On the rank
+// of an injected fault, `comm` is the faulty one and `fault` watches the rank's ops; after the
+// barrier it says whether the fault fired.
+void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn, FaultInjector* fault) {
   comm.attach(ctx);
+  std::optional<ObserverGuard> watch;
+  if (fault) watch.emplace(ctx, fault->op_observer());
   ProcessGroup group(ctx, comm);
   RankEnv env{comm.rank(), comm.size(), ctx, comm, group};
   try {
@@ -74,14 +79,16 @@ void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn) {
   }
   ctx.set_current_op("end of the rank function");
   group.barrier();
+  if (fault) fault->check_after_run();
 }
 
 // One rank's thread: its Context and function; a failure is reported through `fail`.
 void run_thread_rank(int r, Device device, Communicator& comm, const RankFn& fn,
+                     FaultInjector* fault,
                      const std::function<void(int, const std::string&)>& fail) {
   try {
     Context ctx(r, device);
-    run_rank_function(ctx, comm, fn);
+    run_rank_function(ctx, comm, fn, fault);
   } catch (const std::exception& e) {
     fail(r, e.what());
   }
@@ -93,8 +100,19 @@ SpmdError::SpmdError(std::vector<RankError> errors)
     : Error(join_errors(errors)), errors_(std::move(errors)) {}
 
 void run_thread_ranks(std::vector<std::unique_ptr<Communicator>>& comms,
-                      const std::vector<Device>& devices, const RankFn& fn) {
+                      const std::vector<Device>& devices, const RankFn& fn,
+                      const SpmdOptions& options) {
   const int world = static_cast<int>(comms.size());
+  std::vector<Communicator*> rank_comms;
+  for (auto& c : comms) rank_comms.push_back(c.get());
+  std::shared_ptr<FaultInjector> fault;
+  std::unique_ptr<Communicator> faulty;
+  if (options.fault) {
+    fault = std::make_shared<FaultInjector>(*options.fault, options.timeout);
+    const auto u = static_cast<std::size_t>(options.fault->rank);
+    faulty = make_faulty_comm(*comms[u], fault);
+    rank_comms[u] = faulty.get();
+  }
   std::mutex mutex;
   std::vector<SpmdError::RankError> failures;  // in the order they happened
   auto fail = [&](int r, const std::string& message) {
@@ -104,12 +122,17 @@ void run_thread_ranks(std::vector<std::unique_ptr<Communicator>>& comms,
       failures.push_back({r, message});
     }
     comms[static_cast<std::size_t>(r)]->abort(message);  // release every rank waiting on r
+    // The group is failing: an injected hang on another rank need not wait any longer.
+    if (fault && r != fault->plan().rank) fault->interrupt();
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     const auto u = static_cast<std::size_t>(r);
     try {
-      threads.emplace_back([&, r, u] { run_thread_rank(r, devices[u], *comms[u], fn, fail); });
+      FaultInjector* rank_fault = fault && fault->plan().rank == r ? fault.get() : nullptr;
+      threads.emplace_back([&, r, u, rank_fault] {
+        run_thread_rank(r, devices[u], *rank_comms[u], fn, rank_fault, fail);
+      });
     } catch (const std::exception& e) {  // no thread for rank r: fail the group, join the rest
       fail(r, std::string("could not start the thread of rank ") + std::to_string(r) + ": " +
                   e.what());
@@ -120,10 +143,18 @@ void run_thread_ranks(std::vector<std::unique_ptr<Communicator>>& comms,
   if (!failures.empty()) throw SpmdError(std::move(failures));
 }
 
-void run_process_rank(Communicator& comm, Device device, const RankFn& fn) {
+void run_process_rank(Communicator& comm, Device device, const RankFn& fn,
+                      const SpmdOptions& options) {
   try {
+    std::shared_ptr<FaultInjector> fault;
+    std::unique_ptr<Communicator> faulty;
+    if (options.fault && options.fault->rank == comm.rank()) {
+      // No rank can interrupt a hang here: it lasts its limit, then its throw ends the job.
+      fault = std::make_shared<FaultInjector>(*options.fault, options.timeout);
+      faulty = make_faulty_comm(comm, fault);
+    }
     Context ctx(comm.rank(), device);
-    run_rank_function(ctx, comm, fn);
+    run_rank_function(ctx, faulty ? *faulty : comm, fn, fault.get());
   } catch (const std::exception& e) {
     comm.abort(e.what());
   }
@@ -131,6 +162,7 @@ void run_process_rank(Communicator& comm, Device device, const RankFn& fn) {
 
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   if (world < 1) throw ArgumentError("--degree must be >= 1, given " + std::to_string(world));
+  if (options.fault) check_fault_plan(*options.fault, world, options.check_calls);
   switch (options.comm) {
     case CommKind::mpi:
 #ifdef SHARDSCOPE_HAVE_MPI
@@ -154,7 +186,8 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   ThreadCommOptions comm_options;
   comm_options.timeout = options.timeout;
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
-  run_thread_ranks(comms, std::vector<Device>(static_cast<std::size_t>(world), Device::cpu()), fn);
+  run_thread_ranks(comms, std::vector<Device>(static_cast<std::size_t>(world), Device::cpu()), fn,
+                   options);
 }
 
 }  // namespace shardscope

@@ -4,16 +4,18 @@
 // (with the CUDA backend of its device under NCCL), Communicator and ProcessGroup. A rank that
 // throws marks its communicator failed, so the other ranks' collectives end with a CommError
 // instead of waiting; run_spmd then throws SpmdError with every rank's error, the first failure
-// first. Never a hang.
+// first. Never a hang. SpmdOptions::fault makes one rank misbehave on purpose (fault_injection.h).
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/context.h"
 #include "parallel/communicator.h"
+#include "parallel/fault_injection.h"
 #include "parallel/process_group.h"
 
 namespace shardscope {
@@ -46,6 +48,10 @@ struct SpmdOptions {
   // nccl: the host-side exchange before every NCCL call that checks every rank issues the same
   // collective (ThreadComm and MpiComm always check).
   bool check_calls = true;
+  // Rank fault->rank misbehaves at its first collective or op named fault->at, on every launcher
+  // (fault_injection.h); a fault that never fires is an error after the run. Checked by
+  // check_fault_plan before any rank starts.
+  std::optional<FaultPlan> fault;
 };
 
 class SpmdError : public Error {

@@ -34,7 +34,7 @@ void run_nccl_threads(int world, const SpmdOptions& options, const RankFn& fn) {
   std::vector<std::unique_ptr<Communicator>> comms = make_nccl_thread_comms(ids, nccl);
   std::vector<Device> devices;
   for (int id : ids) devices.push_back(Device::cuda(id));
-  run_thread_ranks(comms, devices, fn);
+  run_thread_ranks(comms, devices, fn, options);
 }
 
 #ifdef SHARDSCOPE_HAVE_MPI
@@ -102,7 +102,7 @@ void run_nccl_processes(int world, const SpmdOptions& options, const RankFn& fn)
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);  // MPI_Abort does not return; should an implementation return, end anyway
   }
-  run_process_rank(*comm, Device::cuda(device), fn);
+  run_process_rank(*comm, Device::cuda(device), fn, options);
 }
 
 #endif

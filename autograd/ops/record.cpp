@@ -13,6 +13,21 @@ Context& context_of(const char* op, const std::vector<Tensor>& inputs) {
   throw ArgumentError(std::string("op '") + op + "': no defined input tensor");
 }
 
+// The numerical guard's hint for a non-finite output: whether an input already held NaN or Inf
+// (they came from outside the checked ops) or every input was finite (this op made them).
+std::string origin_hint(const std::vector<Tensor>& inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const NonFiniteCount count = count_non_finite(inputs[i]);
+    if (count.any()) {
+      return "input " + std::to_string(i) + " " + inputs[i].describe() + " already held " +
+             std::to_string(count.nan) + " NaN and " + std::to_string(count.inf) +
+             " Inf: they came from outside the checked ops (data, a parameter, or a value "
+             "computed with the check off)";
+    }
+  }
+  return "every input is finite: this op made them";
+}
+
 }  // namespace
 
 OpRecord::OpRecord(const char* op, std::vector<Tensor> inputs, std::string placement)
@@ -82,6 +97,13 @@ Node& OpRecord::record(Node::BackwardFn backward) {
 }
 
 std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
+  if (ctx_.check_finite()) {  // before finished_: a failed check closes the op as a throw does
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (count_non_finite(outs[i]).any()) {
+        check_finite(outs[i], where(), "output " + std::to_string(i), origin_hint(inputs_));
+      }
+    }
+  }
   std::vector<Shape> output_shapes;
   for (std::size_t i = 0; i < outs.size(); ++i) {
     output_shapes.push_back(outs[i].shape());

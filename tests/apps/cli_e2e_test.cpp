@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/apps/cli_testing.h"
 
@@ -205,6 +206,98 @@ TEST(Cli, MlpLnPrintsBothVerdictsAndRejectsAnFfnNotDivisibleByTheDegree) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("--ffn 30 must be divisible by --degree 4"));
   EXPECT_EQ(count_lines(bad.output), 1) << bad.output;
+}
+
+TEST(Cli, AnInjectedFaultExitsOneNamingTheRankAndTheOp) {
+  const std::string run =
+      "run --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 16 --heads 2 --steps 1 "
+      "--timeout-ms 1000 --inject-fault ";
+  struct Case {
+    const char* plan;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"rank=1,at=matmul", "rank 1: injected fault on rank 1 at matmul (op 'matmul'"},
+      {"rank=1,at=all_gather,kind=wrong-size", "rank 1 calls all_gather(count 127, f32)"},
+      {"rank=1,at=all_gather,kind=skip-collective",
+       "--inject-fault: rank 1 skips all_gather(count 128, f32)"},
+      {"rank=1,at=all_gather,kind=hang", "rank 1 has not arrived"},
+      {"rank=1,at=all_to_all", "--inject-fault: rank 1 never reached all_to_all"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(run + c.plan);
+    EXPECT_EQ(r.exit_code, 1) << c.plan << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr("shardscope: error: ")) << c.plan;
+    EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.plan << "\n" << r.output;
+  }
+}
+
+TEST(Cli, ABadInjectFaultExitsTwoWithOneLine) {
+  struct Case {
+    const char* args;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"run --inject-fault rank=0,at=matmul,kind=explode",
+       "--inject-fault 'rank=0,at=matmul,kind=explode': kind 'explode' is not a fault kind; "
+       "expected rank=R,at=OP[,kind=throw|wrong-size|skip-collective|hang]"},
+      {"run --mode tp --degree 2 --inject-fault rank=2,at=matmul",
+       "rank 2 is not a rank of this run: expected 0..1 (--degree 2)"},
+      {"run --inject-fault at=matmul", "rank is missing"},
+      {"debug --mode tp --degree 2 --inject-fault rank=1,at=matmul",
+       "--inject-fault applies to shardscope run"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_cli(std::string(c.args) + " < /dev/null");
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.args;
+    EXPECT_EQ(count_lines(r.output), 1) << c.args << "\n" << r.output;
+  }
+}
+
+// The losses column of a run's step table: "   0    1.993768" per step (time left out).
+std::vector<std::string> loss_lines(const std::string& output) {
+  std::vector<std::string> out;
+  std::size_t start = output.find("step        loss");
+  while (start != std::string::npos) {
+    start = output.find('\n', start);
+    if (start == std::string::npos) break;
+    const std::string line = output.substr(start + 1, 16);
+    if (line.size() < 16 || line[3] < '0' || line[3] > '9') break;
+    out.push_back(line);
+    ++start;
+  }
+  return out;
+}
+
+// A learning rate of 1e30 makes the weights ~1e28 after step 0; at step 1 the QKV product
+// overflows f32. Without the guard the run goes on with NaN losses; with it the run stops there.
+TEST(Cli, CheckFiniteNamesTheFirstOpThatOverflowsWhenARunDiverges) {
+  const std::string args = "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --lr 1e30";
+  const Result unchecked = run_cli(args);
+  ASSERT_EQ(unchecked.exit_code, 0) << unchecked.output;
+  EXPECT_THAT(unchecked.output, HasSubstr("nan"));
+  const Result r = run_cli(args + " --check-finite");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("shardscope: error: 1 rank(s) failed"));
+  EXPECT_THAT(r.output, HasSubstr("op 'matmul' in attn.qkv (layer 0, forward, rank 0): output 0 "
+                                  "f32[8, 2, 48] is not finite at step 1"));
+  EXPECT_THAT(r.output, HasSubstr("every input is finite: this op made them"));
+}
+
+// On a healthy run the guard finds nothing and changes no number.
+TEST(Cli, CheckFiniteLeavesAHealthyRunAsItIs) {
+  const std::string args =
+      "run --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3";
+  const Result plain = run_cli(args);
+  const Result checked = run_cli(args + " --check-finite");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_THAT(checked.output, HasSubstr("every output and gradient checked for NaN/Inf"));
+  EXPECT_THAT(plain.output, Not(HasSubstr("checked for NaN/Inf")));
+  const std::vector<std::string> losses = loss_lines(plain.output);
+  EXPECT_EQ(losses.size(), 3u) << plain.output;
+  EXPECT_EQ(loss_lines(checked.output), losses);
 }
 
 }  // namespace

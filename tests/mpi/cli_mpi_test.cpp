@@ -1,10 +1,13 @@
 // `mpiexec -n 4 shardscope run --comm mpi` against the same run on threads, in every parallel
 // mode: the communication and memory figures are identical, both checks pass, and the losses
 // agree to f32 rounding (MPI may sum a reduction in another order than ThreadComm's rank order,
-// which moves the last bits of the errors and losses).
+// which moves the last bits of the errors and losses). And `--inject-fault` under mpiexec: every
+// kind ends the job with exit code 1 and a message naming the rank and the op.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -56,6 +60,59 @@ TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+struct Output {
+  int exit_code = -1;
+  std::string text;  // stdout and stderr of every process
+};
+
+Output run_capturing(const std::string& command) {
+  Output out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) out.text += buffer.data();
+  const int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Each kind of fault on rank 2 of 4 processes ends the job through MPI_Abort with exit code 1
+// (not mpiexec --timeout's kill) and the failing rank's message. A hang has no communicator
+// timeout to end it under MPI: rank 2 sleeps 15 s (the default 10 s timeout plus half) and its
+// own throw then ends the job.
+TEST(CliMpi, EveryInjectedFaultEndsTheJobWithTheRankAndTheOp) {
+  struct Case {
+    const char* plan;
+    std::vector<std::string> expected;
+  };
+  const Case cases[] = {
+      {"rank=2,at=all_gather",
+       {"shardscope: rank 2 failed: injected fault on rank 2 at all_gather"}},
+      {"rank=2,at=matmul,kind=throw",
+       {"shardscope: rank 2 failed: injected fault on rank 2 at matmul (op 'matmul'"}},
+      {"rank=2,at=all_gather,kind=wrong-size",
+       {"--inject-fault: rank 2 runs all_gather(count 256, f32)", "collective mismatch",
+        "rank 2 calls all_gather(count 255, f32)"}},
+      {"rank=2,at=reduce_scatter_seq,kind=skip-collective",
+       {"--inject-fault: rank 2 skips reduce_scatter(", "failed: "}},
+      {"rank=2,at=all_gather,kind=hang",
+       {"--inject-fault: rank 2 hangs instead of running all_gather",
+        "shardscope: rank 2 failed: injected hang on rank 2 at all_gather ended after"}},
+      {"rank=2,at=all_to_all",
+       {"shardscope: rank 2 failed: --inject-fault: rank 2 never reached all_to_all"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.plan);
+    const Output o = run_capturing(
+        std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE +
+        " run --comm mpi --mode tp-sp --degree 4 --seq 16 --batch 2 --hidden 32 --heads 4 "
+        "--steps 1 --inject-fault " +
+        c.plan);
+    EXPECT_EQ(o.exit_code, 1) << o.text;
+    for (const std::string& part : c.expected) EXPECT_THAT(o.text, ::testing::HasSubstr(part));
+  }
 }
 
 }  // namespace
