@@ -298,15 +298,20 @@ std::vector<double> layernorm_dx(const LayerNormCase& c, const LayerNormPieces& 
   return dx;
 }
 
-// sum over rows of f(i, j) (or only the last row's term: "=" instead of "+=").
-std::vector<double> row_sum(const LayerNormCase& c,
-                            const std::function<double(std::size_t, std::int64_t)>& f,
+// sum over rows of v [rows, h] (or only the last row's term: "=" instead of "+=").
+std::vector<double> row_sum(const LayerNormCase& c, const std::vector<double>& v,
                             bool last_row_only = false) {
   std::vector<double> out(at(c.h()), 0.0);
   for (std::int64_t r = last_row_only ? c.rows() - 1 : 0; r < c.rows(); ++r) {
-    for (std::int64_t j = 0; j < c.h(); ++j) out[at(j)] += f(at(r * c.h() + j), j);
+    for (std::int64_t j = 0; j < c.h(); ++j) out[at(j)] += v[at(r * c.h() + j)];
   }
   return out;
+}
+
+// a * b element by element.
+std::vector<double> times(std::vector<double> a, const std::vector<double>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] *= b[i];
+  return a;
 }
 
 std::vector<std::vector<double>> layernorm_gradients(const LayerNormCase& c, bool lab) {
@@ -318,37 +323,33 @@ std::vector<std::vector<double>> layernorm_gradients(const LayerNormCase& c, boo
 
 TEST(LayerNormBackward, DbetaMatchesTheFrameworks) {
   LayerNormCase c;
-  const std::vector<double> dy = c.dy.to_vector(), g = c.gamma.to_vector();
-  const LayerNormPieces p = pieces(c);
+  const std::vector<double> dy = c.dy.to_vector();
+  const LayerNormPieces p = pieces(c);  // p.dxhat = dy * gamma
   const std::vector<Mistake> mistakes{
-      {row_sum(
-           c, [&](std::size_t i, std::int64_t) { return dy[i]; }, true),
+      {row_sum(c, dy, true),
        "only the last row counts: accumulate (+=) dy over the rows instead of assigning (=)"},
-      {row_sum(c, [&](std::size_t i, std::int64_t j) { return dy[i] * g[at(j)]; }),
-       "dbeta = sum over rows of dy; gamma does not enter it"},
-      {row_sum(c, [&](std::size_t i, std::int64_t) { return dy[i] * p.xhat[i]; }),
-       "that is dgamma's formula; dbeta = sum over rows of dy"}};
+      {row_sum(c, p.dxhat), "dbeta = sum over rows of dy; gamma does not enter it"},
+      {row_sum(c, times(dy, p.xhat)), "that is dgamma's formula; dbeta = sum over rows of dy"}};
   EXPECT_TRUE(judge("dbeta", layernorm_gradients(c, true)[2], layernorm_gradients(c, false)[2],
                     mistakes, "dbeta: did you sum dy over the rows?"));
 }
 
 TEST(LayerNormBackward, DgammaMatchesTheFrameworks) {
   LayerNormCase c;
-  const std::vector<double> dy = c.dy.to_vector(), g = c.gamma.to_vector(), x = c.x.to_vector();
+  const std::vector<double> dy = c.dy.to_vector();
   const LayerNormPieces p = pieces(c), unbiased = pieces(c, -1.0), no_eps = pieces(c, 0.0, 0.0);
   const std::vector<Mistake> mistakes{
-      {row_sum(c, [&](std::size_t i, std::int64_t) { return dy[i]; }),
+      {row_sum(c, dy),
        "that is dbeta; dgamma = sum over rows of dy * xhat (the xhat factor is missing)"},
-      {row_sum(c, [&](std::size_t i, std::int64_t) { return dy[i] * x[i]; }),
+      {row_sum(c, times(dy, c.x.to_vector())),
        "dgamma multiplies dy by the normalised xhat = (x - mean) rstd, not by x"},
-      {row_sum(c, [&](std::size_t i, std::int64_t j) { return dy[i] * p.xhat[i] * g[at(j)]; }),
+      {row_sum(c, times(p.dxhat, p.xhat)),  // dxhat = dy * gamma
        "dgamma = sum over rows of dy * xhat, with no gamma factor"},
-      {row_sum(
-           c, [&](std::size_t i, std::int64_t) { return dy[i] * p.xhat[i]; }, true),
+      {row_sum(c, times(dy, p.xhat), true),
        "only the last row counts: accumulate (+=) over the rows instead of assigning (=)"},
-      {row_sum(c, [&](std::size_t i, std::int64_t) { return dy[i] * unbiased.xhat[i]; }),
+      {row_sum(c, times(dy, unbiased.xhat)),
        "xhat is off: the variance is biased, divide by h, not h - 1"},
-      {row_sum(c, [&](std::size_t i, std::int64_t) { return dy[i] * no_eps.xhat[i]; }),
+      {row_sum(c, times(dy, no_eps.xhat)),
        "xhat is off: rstd = 1 / sqrt(var + eps), and eps is missing"}};
   EXPECT_TRUE(judge("dgamma", layernorm_gradients(c, true)[1], layernorm_gradients(c, false)[1],
                     mistakes, "dgamma = sum over rows of dy * xhat"));

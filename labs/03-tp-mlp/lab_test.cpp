@@ -5,10 +5,8 @@
 // times, a transposed slice).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,12 +41,6 @@ enum Seed : std::uint64_t {
 
 // ---- the data and the single-device reference --------------------------------------------------
 
-Tensor leaf(Context& ctx, const Shape& shape, std::uint64_t seed, double std = 1.0) {
-  Tensor x = Tensor::randn(ctx, shape, seed, std, DType::f64);
-  x.set_requires_grad(true);
-  return x;
-}
-
 MlpWeights full_weights(Context& ctx) {
   auto param = [&](const Shape& shape, std::uint64_t seed, const char* name) {
     return Tensor::parameter(Tensor::randn(ctx, shape, seed, 0.5, DType::f64), name);
@@ -66,9 +58,7 @@ Placement placement_of(const std::string& name) {
 
 MlpWeights reference_shards(ProcessGroup& group, const MlpWeights& full) {
   auto shard = [&](const Tensor& w, const char* name) {
-    return Tensor::parameter(
-        slice_of_full(w, placement_of(name), group.rank(), group.size()).copy_to(group.ctx()),
-        name);
+    return shard_parameter(group, w, placement_of(name), name);
   };
   return {shard(full.fc1_weight, "fc1.weight"), shard(full.fc1_bias, "fc1.bias"),
           shard(full.fc2_weight, "fc2.weight"), shard(full.fc2_bias, "fc2.bias")};
@@ -93,9 +83,6 @@ Values slice_values(Context& ctx, const Values& full, Placement placement, int r
 const char* const kNoGradient =
     "no gradient arrived: is the tensor used through autograd ops (not detached), and does your "
     "op's backward return a gradient for it?";
-const char* const kGBackwardIsIdentity =
-    "g's backward must be the identity: an all-reduce there multiplies the gradients upstream of "
-    "it by t";
 const char* const kFBackwardMissing =
     "x.grad is this rank's partial term (summed over the ranks it is right): is the backward "
     "all-reduce of f missing?";
@@ -143,12 +130,7 @@ TEST(FOperator, BackwardAllReducesTheGradient) {
       out.keep("dy", dy);
       out.keep("x.grad", x.grad());
     });
-    Values want = ranks[0]["dy"];
-    for (int r = 1; r < t; ++r) {
-      for (std::size_t i = 0; i < want.v.size(); ++i) {
-        want.v[i] += ranks[static_cast<std::size_t>(r)]["dy"].v[i];
-      }
-    }
+    const Values want = sum_of(per_rank(ranks, "dy"));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -183,12 +165,7 @@ TEST(GOperator, ForwardAllReducesThePartialSums) {
       out.keep("y", y.local);
       out.placement = y.str();
     });
-    Values want = ranks[0]["x"];
-    for (int r = 1; r < t; ++r) {
-      for (std::size_t i = 0; i < want.v.size(); ++i) {
-        want.v[i] += ranks[static_cast<std::size_t>(r)]["x"].v[i];
-      }
-    }
+    const Values want = sum_of(per_rank(ranks, "x"));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -250,9 +227,7 @@ TEST(ShardMlpWeights, AreThisRanksSlicesOfTheFullWeights) {
       const auto got = named(mine);
       for (std::size_t i = 0; i < got.size(); ++i) {
         const std::string& name = got[i].first;
-        const Tensor& g = got[i].second;
-        out.keep(name, g);
-        out.keep(name + ".want", want[i].second);
+        keep_shard(env, out, name, got[i].second, want[i].second);
         // The other way to cut it: columns for rows, a slice for the whole, the whole for a slice.
         const Tensor w = named(full)[i].second;
         const Placement other =
@@ -260,83 +235,98 @@ TEST(ShardMlpWeights, AreThisRanksSlicesOfTheFullWeights) {
                 ? Placement::shard(1 - placement_of(name).dim)
                 : (placement_of(name).is_shard() ? Placement::replicate() : Placement::shard(0));
         out.keep(name + ".other", slice_of_full(w, other, env.rank, env.world));
-        if (g.defined() && (!g.is_leaf() || !g.requires_grad() || &g.ctx() != &env.ctx)) {
-          out.keep(name + ".not_a_parameter", g);
-        }
       }
     });
-    const std::map<std::string, std::string> other_hint = {
-        {"fc1.weight",
-         "fc1 is column parallel: its weight [h, f] is split on the output dim (columns, dim 1)"},
-        {"fc1.bias", "fc1's bias is split like fc1's columns: rank r holds [f/t]"},
-        {"fc2.weight",
-         "fc2 is row parallel: its weight [f, h] is split on the input dim (rows, dim 0), the "
-         "same f/t features fc1 gave this rank"},
-        {"fc2.bias",
-         "fc2's bias is not split: every rank holds all of [h] and adds it once, after g"}};
-    for (const auto& [name, hint] : other_hint) {
-      RankChecks checks;
-      for (int r = 0; r < t; ++r) {
-        const RankResult& res = ranks[static_cast<std::size_t>(r)];
-        EXPECT_ON_RANK(checks, r,
-                       judge(name + " shard" + at(t, r), res[name], res[name + ".want"], t, Hints(),
-                             {{res[name + ".other"], hint}}));
-        EXPECT_ON_RANK(
-            checks, r,
-            ::testing::AssertionResult(!res[name + ".not_a_parameter"].defined)
-                << name << " shard" << at(t, r)
-                << ": not a parameter of this rank's context; make it with "
-                << "Tensor::parameter(slice, name) so that backward accumulates its gradient");
-      }
-    }
+    expect_shards(
+        ranks, t,
+        {{"fc1.weight",
+          {{"fc1.weight.other",
+            "fc1 is column parallel: its weight [h, f] is split on the output "
+            "dim (columns, dim 1)"}}},
+         {"fc1.bias",
+          {{"fc1.bias.other", "fc1's bias is split like fc1's columns: rank r holds [f/t]"}}},
+         {"fc2.weight",
+          {{"fc2.weight.other",
+            "fc2 is row parallel: its weight [f, h] is split on the input dim (rows, dim 0), the "
+            "same f/t features fc1 gave this rank"}}},
+         {"fc2.bias",
+          {{"fc2.bias.other",
+            "fc2's bias is not split: every rank holds all of [h] and adds it once, after g"}}}});
   }
 }
 
 // ---- task 4: the column-parallel linear --------------------------------------------------------
+
+// fc1 and fc2 of the MLP, each tested as a linear on its own: its input and the upstream gradient,
+// each a full tensor of the test data and how it is split over the ranks.
+struct LinearData {
+  Shape shape;
+  std::uint64_t seed;
+  Placement placement;
+};
+struct LinearCase {
+  const char* name;  // "fc1" (column_parallel_linear) or "fc2" (row_parallel_linear)
+  LinearData x, dy;
+};
+
+// fc1: x Replicate [s, b, h] -> Shard(2) [s, b, f]. The loss is sum(Y * dY) over the full output:
+// rank r's columns get dY's columns.
+const LinearCase kFc1{"fc1",
+                      {kInputShape, kSeedX, Placement::replicate()},
+                      {kInnerShape, kSeedDyInner, Placement::shard(2)}};
+// fc2: x Shard(2) [s, b, f] -> Replicate [s, b, h]. Downstream of the row-parallel linear every
+// rank computes the same: the same dY everywhere.
+const LinearCase kFc2{"fc2",
+                      {kInnerShape, kSeedInner, Placement::shard(2)},
+                      {kInputShape, kSeedDyOut, Placement::replicate()}};
 
 struct LinearReference {
   Values y, x_grad, w_grad, b_grad, x, w, b, dy;
 };
 
 // y = x W + b on one device, and its gradients for the upstream gradient dy.
-LinearReference reference_linear(Context& ctx, const Shape& x_shape, std::uint64_t x_seed,
-                                 const Tensor& w_full, const Tensor& b_full, const Shape& dy_shape,
-                                 std::uint64_t dy_seed) {
-  const Tensor x = leaf(ctx, x_shape, x_seed);
-  const Tensor w = Tensor::parameter(w_full, "w"), b = Tensor::parameter(b_full, "b");
+LinearReference reference_linear(Context& ctx, const LinearCase& c) {
+  const bool column = std::string(c.name) == "fc1";
+  const MlpWeights full = full_weights(ctx);
+  const Tensor x = leaf(ctx, c.x.shape, c.x.seed);
+  const Tensor w = Tensor::parameter(column ? full.fc1_weight : full.fc2_weight, "w");
+  const Tensor b = Tensor::parameter(column ? full.fc1_bias : full.fc2_bias, "b");
   const Tensor y = add(matmul(x, w), b);
-  const Tensor dy = Tensor::randn(ctx, dy_shape, dy_seed, 1.0, DType::f64);
+  const Tensor dy = Tensor::randn(ctx, c.dy.shape, c.dy.seed, 1.0, DType::f64);
   y.backward(dy);
   return {values_of(y), values_of(x.grad()), values_of(w.grad()), values_of(b.grad()),
           values_of(x), values_of(w),        values_of(b),        values_of(dy)};
 }
 
-RankBody column_body(bool backward) {
-  return [backward](RankEnv& env, RankResult& out) {
+// Each rank: its part of x through the student's linear with this rank's shards; with `backward`,
+// backward from its part of dY, keeping the gradients of x, the weight and the bias.
+RankBody linear_body(const LinearCase& c, bool backward) {
+  return [c, backward](RankEnv& env, RankResult& out) {
+    const bool column = std::string(c.name) == "fc1";
     const MlpWeights shards = reference_shards(env.group, full_weights(env.ctx));
-    const Tensor x = leaf(env.ctx, kInputShape, kSeedX);
-    const ParallelTensor y =
-        column_parallel_linear(env.group, ParallelTensor{x, Placement::replicate(), kInputShape},
-                               shards.fc1_weight, shards.fc1_bias);
+    const Tensor& w = column ? shards.fc1_weight : shards.fc2_weight;
+    const Tensor& b = column ? shards.fc1_bias : shards.fc2_bias;
+    const Tensor x_full = Tensor::randn(env.ctx, c.x.shape, c.x.seed, 1.0, DType::f64);
+    const Tensor x = leaf(slice_of_full(x_full, c.x.placement, env.rank, env.world));
+    const ParallelTensor in{x, c.x.placement, c.x.shape};
+    const ParallelTensor y = column ? column_parallel_linear(env.group, in, w, b)
+                                    : row_parallel_linear(env.group, in, w, b);
     out.keep("y", y.local);
     out.placement = y.str();
     if (!backward) return;
-    // The loss is sum(Y * dY) over the full output: rank r's columns get dY's columns.
-    const Tensor dy_full = Tensor::randn(env.ctx, kInnerShape, kSeedDyInner, 1.0, DType::f64);
-    y.local.backward(slice_of_full(dy_full, Placement::shard(2), env.rank, env.world));
+    const Tensor dy_full = Tensor::randn(env.ctx, c.dy.shape, c.dy.seed, 1.0, DType::f64);
+    y.local.backward(slice_of_full(dy_full, c.dy.placement, env.rank, env.world));
     out.keep("x.grad", x.grad());
-    out.keep("fc1.weight.grad", shards.fc1_weight.grad());
-    out.keep("fc1.bias.grad", shards.fc1_bias.grad());
+    out.keep(std::string(c.name) + ".weight.grad", w.grad());
+    out.keep(std::string(c.name) + ".bias.grad", b.grad());
   };
 }
 
 TEST(ColumnParallelLinear, ForwardIsThisRanksColumnsOfTheFullLinear) {
   Context ref;
-  const MlpWeights full = full_weights(ref);
-  const LinearReference want = reference_linear(ref, kInputShape, kSeedX, full.fc1_weight,
-                                                full.fc1_bias, kInnerShape, kSeedDyInner);
+  const LinearReference want = reference_linear(ref, kFc1);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, column_body(false));
+    const std::vector<RankResult> ranks = run_ranks(t, linear_body(kFc1, false));
     RankChecks checks;
     // What f's forward gives if it all-reduces x: (t x) W + b.
     const Values times_x = plus_times(plus_times(want.y, want.y, t - 1.0), want.b, 1.0 - t);
@@ -366,13 +356,10 @@ TEST(ColumnParallelLinear, ForwardIsThisRanksColumnsOfTheFullLinear) {
 
 TEST(ColumnParallelLinear, GradientsMatchTheFullLinear) {
   Context ref;
-  const MlpWeights full = full_weights(ref);
-  const LinearReference want = reference_linear(ref, kInputShape, kSeedX, full.fc1_weight,
-                                                full.fc1_bias, kInnerShape, kSeedDyInner);
+  const LinearReference want = reference_linear(ref, kFc1);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, column_body(true));
-    std::vector<Values> x_grads;
-    for (const RankResult& res : ranks) x_grads.push_back(res["x.grad"]);
+    const std::vector<RankResult> ranks = run_ranks(t, linear_body(kFc1, true));
+    const std::vector<Values> x_grads = per_rank(ranks, "x.grad");
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -401,33 +388,11 @@ TEST(ColumnParallelLinear, GradientsMatchTheFullLinear) {
 
 // ---- task 5: the row-parallel linear -----------------------------------------------------------
 
-RankBody row_body(bool backward) {
-  return [backward](RankEnv& env, RankResult& out) {
-    const MlpWeights shards = reference_shards(env.group, full_weights(env.ctx));
-    const Tensor x_full = Tensor::randn(env.ctx, kInnerShape, kSeedInner, 1.0, DType::f64);
-    Tensor x = slice_of_full(x_full, Placement::shard(2), env.rank, env.world);
-    x.set_requires_grad(true);
-    const ParallelTensor y =
-        row_parallel_linear(env.group, ParallelTensor{x, Placement::shard(2), kInnerShape},
-                            shards.fc2_weight, shards.fc2_bias);
-    out.keep("y", y.local);
-    out.placement = y.str();
-    if (!backward) return;
-    // Downstream of the row-parallel linear every rank computes the same: the same dY everywhere.
-    y.local.backward(Tensor::randn(env.ctx, kInputShape, kSeedDyOut, 1.0, DType::f64));
-    out.keep("x.grad", x.grad());
-    out.keep("fc2.weight.grad", shards.fc2_weight.grad());
-    out.keep("fc2.bias.grad", shards.fc2_bias.grad());
-  };
-}
-
 TEST(RowParallelLinear, ForwardMatchesTheFullLinear) {
   Context ref;
-  const MlpWeights full = full_weights(ref);
-  const LinearReference want = reference_linear(ref, kInnerShape, kSeedInner, full.fc2_weight,
-                                                full.fc2_bias, kInputShape, kSeedDyOut);
+  const LinearReference want = reference_linear(ref, kFc2);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, row_body(false));
+    const std::vector<RankResult> ranks = run_ranks(t, linear_body(kFc2, false));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -467,11 +432,9 @@ TEST(RowParallelLinear, ForwardMatchesTheFullLinear) {
 
 TEST(RowParallelLinear, GradientsMatchTheFullLinear) {
   Context ref;
-  const MlpWeights full = full_weights(ref);
-  const LinearReference want = reference_linear(ref, kInnerShape, kSeedInner, full.fc2_weight,
-                                                full.fc2_bias, kInputShape, kSeedDyOut);
+  const LinearReference want = reference_linear(ref, kFc2);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, row_body(true));
+    const std::vector<RankResult> ranks = run_ranks(t, linear_body(kFc2, true));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -574,21 +537,8 @@ TEST(ParallelMlp, InputGradientMatchesTheSingleDeviceMlp) {
   Context ctx;
   const MlpReference ref = reference_run(ctx);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_mlp(t);
-    std::vector<Values> x_grads;
-    for (const RankResult& res : ranks) x_grads.push_back(res["x.grad"]);
-    RankChecks checks;
-    for (int r = 0; r < t; ++r) {
-      EXPECT_ON_RANK(
-          checks, r,
-          judge("MLP input gradient" + at(t, r), ranks[static_cast<std::size_t>(r)]["x.grad"],
-                ref.x_grad, t,
-                Hints()
-                    .if_over_t("input gradient = want / t: is the backward all-reduce of "
-                               "f missing?")
-                    .if_times_t(kGBackwardIsIdentity),
-                {{missing_reduction(x_grads, ref.x_grad, r), kFBackwardMissing}}, kNoGradient));
-    }
+    expect_input_gradient("MLP input gradient", run_mlp(t), ref.x_grad, t, kFBackwardMissing,
+                          kNoGradient);
   }
 }
 
@@ -596,24 +546,7 @@ TEST(ParallelMlp, WeightGradientsMatchTheSingleDeviceMlp) {
   Context ctx;
   const MlpReference ref = reference_run(ctx);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_mlp(t);
-    for (const auto& [name, want] : ref.grads) {
-      const Placement p = placement_of(name);
-      const Hints hints = Hints().if_times_t(kGBackwardIsIdentity);
-      if (p.is_shard()) {
-        EXPECT_TRUE(judge(name + " gradient (gathered, t = " + std::to_string(t) + ")",
-                          gathered(ctx, ranks, name + ".grad", p), want, t, hints, {},
-                          kNoGradient));
-        continue;
-      }
-      RankChecks checks;
-      for (int r = 0; r < t; ++r) {  // Replicate: every rank holds the whole gradient
-        EXPECT_ON_RANK(
-            checks, r,
-            judge(name + " gradient" + at(t, r), ranks[static_cast<std::size_t>(r)][name + ".grad"],
-                  want, t, hints, {}, kNoGradient));
-      }
-    }
+    expect_weight_gradients(ctx, run_mlp(t), t, ref.grads, placement_of, kNoGradient);
   }
 }
 

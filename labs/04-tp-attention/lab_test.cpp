@@ -63,12 +63,6 @@ enum Seed : std::uint64_t {
 
 // ---- the data and the single-device reference --------------------------------------------------
 
-Tensor leaf(Context& ctx, const Shape& shape, std::uint64_t seed) {
-  Tensor x = Tensor::randn(ctx, shape, seed, 1.0, DType::f64);
-  x.set_requires_grad(true);
-  return x;
-}
-
 AttentionWeights full_weights(Context& ctx, const LayerConfig& c) {
   const std::int64_t h = c.hidden;
   auto param = [&](const Shape& shape, std::uint64_t seed, double std, const char* name) {
@@ -97,9 +91,7 @@ Placement placement_of(const std::string& name) {
 // The shards as the framework slices them, as parameters of the rank's context.
 AttentionWeights reference_shards(ProcessGroup& group, const AttentionWeights& full) {
   auto shard = [&](const Tensor& w, const char* name) {
-    return Tensor::parameter(
-        slice_of_full(w, placement_of(name), group.rank(), group.size()).copy_to(group.ctx()),
-        name);
+    return shard_parameter(group, w, placement_of(name), name);
   };
   return {shard(full.qkv_weight, "qkv.weight"), shard(full.qkv_bias, "qkv.bias"),
           shard(full.proj_weight, "proj.weight"), shard(full.proj_bias, "proj.bias")};
@@ -194,9 +186,6 @@ std::vector<RankResult> run_attention(int t, double dropout, bool backward) {
 const char* const kReplicated = "Replicate of [6, 2, 16], local [6, 2, 16]";
 const char* const kNoGradient =
     "no gradient arrived: is the tensor used through autograd ops (not detached)?";
-const char* const kGBackwardIsIdentity =
-    "g's backward must be the identity: an all-reduce there multiplies the gradients upstream of "
-    "it by t";
 const char* const kWrongMask =
     "your heads draw another part of the dropout mask: the attention dropout must draw the "
     "single-device mask of this rank's heads, layer_dropout(config, \"dropout\", probs, "
@@ -215,13 +204,7 @@ TEST(ShardAttentionWeights, HoldThisRanksHeads) {
       const std::int64_t h = c.hidden;
       const int r = env.rank, world = env.world;
       for (std::size_t i = 0; i < got.size(); ++i) {
-        const std::string& name = got[i].first;
-        const Tensor& g = got[i].second;
-        out.keep(name, g);
-        out.keep(name + ".want", want[i].second);
-        if (g.defined() && (!g.is_leaf() || !g.requires_grad() || &g.ctx() != &env.ctx)) {
-          out.keep(name + ".not_a_parameter", g);
-        }
+        keep_shard(env, out, got[i].first, got[i].second, want[i].second);
       }
       // The slices a wrong reading of the layout gives. [q | k | v] blocks: rank r's h/t columns
       // of each block.
@@ -241,40 +224,24 @@ TEST(ShardAttentionWeights, HoldThisRanksHeads) {
         "you took rank r's columns of each of the Q, K and V blocks, a [q | k | v] layout "
         "(PyTorch's): shardscope groups the columns by head, (head * 3 + j) * d + i, so rank r's "
         "heads are one contiguous block of 3h/t columns";
-    const std::map<std::string, std::vector<std::pair<std::string, std::string>>> suspects = {
-        {"qkv.weight",
-         {{"qkv.weight.blocks", blocks},
-          {"qkv.weight.rows",
-           "the QKV linear is column parallel: split its weight [h, 3h] on the output dim (dim "
-           "1)"}}},
-        {"qkv.bias",
-         {{"qkv.bias.blocks", blocks},
-          {"qkv.bias.whole", "the QKV bias is split like its columns: rank r holds [3h/t]"}}},
-        {"proj.weight",
-         {{"proj.weight.columns",
-           "the output projection is row parallel: rank r holds the rows [h/t, h] that read its "
-           "heads' context features"}}},
-        {"proj.bias",
-         {{"proj.bias.slice",
-           "the projection's bias is not split: every rank holds all of [h] and adds it once, "
-           "after the all-reduce"}}}};
-    for (const auto& [name, list] : suspects) {
-      RankChecks checks;
-      for (int r = 0; r < t; ++r) {
-        const RankResult& res = ranks[static_cast<std::size_t>(r)];
-        std::vector<Suspect> known;
-        for (const auto& [key, hint] : list) known.push_back({res[key], hint});
-        EXPECT_ON_RANK(
-            checks, r,
-            judge(name + " shard" + at(t, r), res[name], res[name + ".want"], t, Hints(), known));
-        EXPECT_ON_RANK(
-            checks, r,
-            ::testing::AssertionResult(!res[name + ".not_a_parameter"].defined)
-                << name << " shard" << at(t, r)
-                << ": not a parameter of this rank's context; make it with "
-                << "Tensor::parameter(slice, name) so that backward accumulates its gradient");
-      }
-    }
+    expect_shards(
+        ranks, t,
+        {{"qkv.weight",
+          {{"qkv.weight.blocks", blocks},
+           {"qkv.weight.rows",
+            "the QKV linear is column parallel: split its weight [h, 3h] on the output dim (dim "
+            "1)"}}},
+         {"qkv.bias",
+          {{"qkv.bias.blocks", blocks},
+           {"qkv.bias.whole", "the QKV bias is split like its columns: rank r holds [3h/t]"}}},
+         {"proj.weight",
+          {{"proj.weight.columns",
+            "the output projection is row parallel: rank r holds the rows [h/t, h] that read its "
+            "heads' context features"}}},
+         {"proj.bias",
+          {{"proj.bias.slice",
+            "the projection's bias is not split: every rank holds all of [h] and adds it once, "
+            "after the all-reduce"}}}});
   }
 }
 
@@ -364,24 +331,11 @@ TEST(ParallelAttention, InputGradientMatches) {
   for (int t : kDegrees) {
     Context ctx;
     const AttentionReference ref = reference_run(ctx, test_config(t, 0.0));
-    const std::vector<RankResult> ranks = run_attention(t, 0.0, true);
-    std::vector<Values> x_grads;
-    for (const RankResult& res : ranks) x_grads.push_back(res["x.grad"]);
-    RankChecks checks;
-    for (int r = 0; r < t; ++r) {
-      EXPECT_ON_RANK(
-          checks, r,
-          judge("attention input gradient" + at(t, r), ranks[static_cast<std::size_t>(r)]["x.grad"],
-                ref.x_grad, t,
-                Hints()
-                    .if_over_t("input gradient = want / t: is the backward all-reduce of f "
-                               "missing?")
-                    .if_times_t(kGBackwardIsIdentity),
-                {{missing_reduction(x_grads, ref.x_grad, r),
-                  "x.grad is this rank's partial term (its heads' part; summed over the ranks it "
-                  "is right): is the backward all-reduce of f before the QKV linear missing?"}},
-                kNoGradient));
-    }
+    expect_input_gradient(
+        "attention input gradient", run_attention(t, 0.0, true), ref.x_grad, t,
+        "x.grad is this rank's partial term (its heads' part; summed over the ranks it is right): "
+        "is the backward all-reduce of f before the QKV linear missing?",
+        kNoGradient);
   }
 }
 
@@ -389,24 +343,8 @@ TEST(ParallelAttention, WeightGradientsMatch) {
   for (int t : kDegrees) {
     Context ctx;
     const AttentionReference ref = reference_run(ctx, test_config(t, 0.0));
-    const std::vector<RankResult> ranks = run_attention(t, 0.0, true);
-    for (const auto& [name, want] : ref.grads) {
-      const Placement p = placement_of(name);
-      const Hints hints = Hints().if_times_t(kGBackwardIsIdentity);
-      if (p.is_shard()) {
-        EXPECT_TRUE(judge(name + " gradient (gathered, t = " + std::to_string(t) + ")",
-                          gathered(ctx, ranks, name + ".grad", p), want, t, hints, {},
-                          kNoGradient));
-        continue;
-      }
-      RankChecks checks;
-      for (int r = 0; r < t; ++r) {  // Replicate: every rank holds the whole gradient
-        EXPECT_ON_RANK(
-            checks, r,
-            judge(name + " gradient" + at(t, r), ranks[static_cast<std::size_t>(r)][name + ".grad"],
-                  want, t, hints, {}, kNoGradient));
-      }
-    }
+    expect_weight_gradients(ctx, run_attention(t, 0.0, true), t, ref.grads, placement_of,
+                            kNoGradient);
   }
 }
 
@@ -646,7 +584,7 @@ TEST(ActivationMemory, PredictionMatchesTheMeasurementOfYourAttention) {
         Tensor x = Tensor::randn(env.ctx, input_shape(c), kSeedX, 1.0, c.dtype);
         x.set_requires_grad(true);
         MemoryLedger ledger;
-        ObserverGuard guard(env.ctx, &ledger);
+        ObserverGuard guard(env.ctx, ledger);
         const ParallelTensor y = parallel_attention(
             env.group, c, ParallelTensor{x, Placement::replicate(), input_shape(c)}, shards);
         out.numbers["saved"] = static_cast<double>(ledger.saved_activation_bytes());

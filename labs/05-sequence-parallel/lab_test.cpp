@@ -17,7 +17,7 @@
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 #include "labs/05-sequence-parallel/lab.h"
-#include "labs/common/lab_testing.h"
+#include "labs/common/rank_testing.h"
 #include "parallel/collective_ops.h"
 #include "parallel/parallel_linear.h"
 #include "parallel/spmd.h"
@@ -42,166 +42,21 @@ enum Seed : std::uint64_t {
   kSeedPerRank = 400,  // + rank: tensors that differ between ranks
 };
 
-// ---- values that outlive the rank's context ---------------------------------------------------
-
-struct Values {
-  bool defined = false;
-  Shape shape;
-  std::vector<double> v;
-};
-
-Values values_of(const Tensor& t) {
-  if (!t.defined()) return {};
-  return {true, t.shape(), t.to_vector()};
-}
-
-Tensor tensor_of(Context& ctx, const Values& values) {
-  return Tensor::from_vector(ctx, values.shape, values.v, DType::f64);
-}
-
-bool same_values(const Values& a, const Values& b) {
-  if (!a.defined || !b.defined || a.shape != b.shape) return false;
-  const Tolerance tol;
-  for (std::size_t i = 0; i < a.v.size(); ++i) {
-    if (!(std::abs(a.v[i] - b.v[i]) <= tol.atol + tol.rtol * std::abs(b.v[i]))) return false;
-  }
-  return true;
-}
-
-Values rows_of(Context& ctx, const Values& full, int rank, int t) {
-  return values_of(slice_of_full(tensor_of(ctx, full), Placement::shard(0), rank, t));
-}
-
-Values sum_of(const std::vector<Values>& parts) {
-  Values s = parts.at(0);
-  for (std::size_t q = 1; q < parts.size(); ++q) {
-    if (!parts[q].defined || parts[q].shape != s.shape) return {};
-    for (std::size_t i = 0; i < s.v.size(); ++i) s.v[i] += parts[q].v[i];
-  }
-  return s;
-}
-
-Values plus_times(const Values& a, const Values& bias, double k) {
-  Values out = a;
-  for (std::size_t i = 0; i < out.v.size(); ++i) out.v[i] += k * bias.v[i % bias.v.size()];
-  return out;
-}
-
-// A known wrong answer and the mistake that produces it.
-struct Suspect {
-  Values value;
-  std::string hint;
-};
-
-// labs::matches on Values, with the suspects: when `got` equals one of them, the failure names it.
-::testing::AssertionResult judge(const std::string& what, const Values& got, const Values& want,
-                                 int t, const Hints& hints = {},
-                                 const std::vector<Suspect>& suspects = {},
-                                 const std::string& if_undefined = "") {
-  if (!got.defined) {
-    return ::testing::AssertionFailure()
-           << what << ": got no tensor" << (if_undefined.empty() ? "" : ": " + if_undefined);
-  }
-  for (const Suspect& s : suspects) {
-    if (got.shape != want.shape && same_values(got, s.value)) {
-      return ::testing::AssertionFailure() << what << ": shape " << got.shape.str() << ", expected "
-                                           << want.shape.str() << ": " << s.hint;
-    }
-  }
-  if (got.shape != want.shape) {
-    return ::testing::AssertionFailure()
-           << what << ": shape " << got.shape.str() << ", expected " << want.shape.str();
-  }
-  Hints plain = hints;
-  plain.other.clear();
-  ::testing::AssertionResult r = matches(what, got.v, want.v, t, plain);
-  if (r) return r;
-  for (const Suspect& s : suspects) {
-    if (same_values(got, s.value)) {
-      return ::testing::AssertionFailure() << r.message() << "; " << s.hint;
-    }
-  }
-  return matches(what, got.v, want.v, t, hints);
-}
-
 // ---- what a rank issued and saved --------------------------------------------------------------
 
-struct Collective {
-  CollectiveKind kind;
-  Phase phase;
-  CommPurpose purpose;
-  ReduceOp reduce;
-  std::int64_t count;
-  double bytes_sent;
-  std::string op;
-};
+// g and g-bar, and the block built from them: the framework's own ops must not stand in for them.
+const HandWritten kSpOperators{
+    {"gather_seq", "reduce_scatter_seq", "gather_matmul", "copy_to_tp", "reduce_from_tp"},
+    "this lab's task is to write g and g-bar yourself with apply_function (autograd/function.h) "
+    "and build the block from them"};
 
-class CollectiveRecorder final : public Observer {
- public:
-  void on_collective(const CollectiveEvent& e) override {
-    events.push_back(
-        {e.kind, e.site.phase, e.purpose, e.reduce, e.count, e.bytes_sent, std::string(e.site.op)});
-  }
-  std::vector<Collective> events;
-};
-
-std::string describe(const std::vector<Collective>& list) {
-  if (list.empty()) return "none";
-  std::ostringstream out;
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    out << (i ? ", " : "") << collective_name(list[i].kind) << " of " << list[i].count
-        << " elements";
-    if (!list[i].op.empty()) out << " (op '" << list[i].op << "')";
-  }
-  return out.str();
-}
-
-struct Expected {
-  CollectiveKind kind;
-  std::int64_t count;
-};
-
-// Passes when the activation collectives of `phase` are exactly `want` (in any order).
-::testing::AssertionResult issued(const std::string& what, const std::vector<Collective>& all,
-                                  Phase phase, std::vector<Expected> want,
-                                  const std::string& hint) {
-  std::vector<Collective> got;
-  for (const Collective& c : all) {
-    if (c.phase == phase && c.purpose == CommPurpose::activation) got.push_back(c);
-  }
-  auto key = [](CollectiveKind k, std::int64_t n) {
-    return std::make_pair(static_cast<int>(k), n);
-  };
-  std::vector<std::pair<int, std::int64_t>> a, b;
-  for (const Collective& c : got) a.push_back(key(c.kind, c.count));
-  for (const Expected& e : want) b.push_back(key(e.kind, e.count));
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  if (a == b) return ::testing::AssertionSuccess();
-  std::ostringstream m;
-  m << what << ", " << phase_name(phase) << ": issued " << describe(got) << "; expected ";
-  if (want.empty()) m << "none";
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    m << (i ? " and " : "") << "one " << collective_name(want[i].kind) << " of " << want[i].count
-      << " elements";
-  }
-  if (!hint.empty()) m << ": " << hint;
-  return ::testing::AssertionFailure() << m.str();
-}
-
-// Fails when a framework op issued a collective where the student's code should have.
-::testing::AssertionResult written_by_hand(const std::string& what,
-                                           const std::vector<Collective>& all) {
-  for (const Collective& c : all) {
-    if (c.op == "gather_seq" || c.op == "reduce_scatter_seq" || c.op == "gather_matmul" ||
-        c.op == "copy_to_tp" || c.op == "reduce_from_tp") {
-      return ::testing::AssertionFailure()
-             << what << ": the " << collective_name(c.kind) << " came from the framework's '"
-             << c.op << "'; this lab's task is to write g and g-bar yourself with apply_function "
-             << "(autograd/function.h) and build the block from them";
-    }
-  }
-  return ::testing::AssertionSuccess();
+// The two checks of an op this lab writes: its activation collectives in `phase` are exactly
+// `want`, and none of them came from the framework's ops.
+void expect_issued_by_hand(RankChecks& checks, int t, int r, const std::string& who,
+                           const RankResult& res, Phase phase,
+                           const std::vector<ExpectedCollective>& want, const std::string& hint) {
+  EXPECT_ON_RANK(checks, r, issued(who + at(t, r), res.collectives, phase, want, hint));
+  EXPECT_ON_RANK(checks, r, written_by_hand(who + at(t, r), res.collectives, kSpOperators));
 }
 
 std::string sites_text(const MemoryLedger& ledger) {
@@ -216,23 +71,6 @@ std::string sites_text(const MemoryLedger& ledger) {
 }
 
 // ---- running the ranks -------------------------------------------------------------------------
-
-struct RankResult {
-  std::map<std::string, Values> values;
-  std::string placement;  // ParallelTensor::str() of the result
-  std::vector<Collective> collectives;
-  std::vector<Collective> reductions;  // the student's gradient all-reduces alone, when recorded
-  std::size_t saved = 0;               // saved activation bytes after the forward, when measured
-  std::string sites;                   // and by saving op
-  void keep(const std::string& name, const Tensor& t) { values[name] = values_of(t); }
-  const Values& operator[](const std::string& name) const {
-    static const Values none;
-    const auto it = values.find(name);
-    return it == values.end() ? none : it->second;
-  }
-};
-
-using RankBody = std::function<void(RankEnv&, RankResult&)>;
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -266,87 +104,12 @@ std::string hint_for(const std::string& message) {
   return "";
 }
 
-// Runs `body` on t ranks (threads); an error on any rank (the starter's "not implemented yet"
-// among them) fails the test with every rank's message.
-std::vector<RankResult> run_ranks(int t, const RankBody& body) {
-  std::vector<RankResult> results(static_cast<std::size_t>(t));
-  SpmdOptions options;
-  options.timeout = std::chrono::milliseconds(5000);
-  try {
-    run_spmd(t, options, [&](RankEnv& env) {
-      CollectiveRecorder recorder;
-      RankResult& result = results[static_cast<std::size_t>(env.rank)];
-      {
-        ObserverGuard guard(env.ctx, recorder);
-        body(env, result);
-      }
-      result.collectives = recorder.events;
-    });
-  } catch (const SpmdError& e) {
-    const std::string hint = hint_for(e.what());
-    if (hint.empty()) throw;
-    throw Error("at t = " + std::to_string(t) + ": " + e.what() + "\n  hint: " + hint);
-  }
-  return results;
+// run_ranks with this lab's hints for the errors the usual mistakes raise.
+std::vector<RankResult> run_with_hints(int t, const RankBody& body) {
+  return run_ranks(t, body, hint_for);
 }
 
-std::string at(int t, int rank) {
-  return " (t = " + std::to_string(t) + ", rank " + std::to_string(rank) + ")";
-}
-
-// The checks of one run, rank by rank: a check that fails on several ranks is reported once, at
-// its first failing rank, with the others named.
-class RankChecks {
- public:
-  RankChecks() = default;
-  RankChecks(const RankChecks&) = delete;
-  RankChecks& operator=(const RankChecks&) = delete;
-  ~RankChecks() {
-    for (const Check& c : checks_) {
-      if (c.failing.empty()) continue;
-      std::string others;
-      for (std::size_t i = 1; i < c.failing.size(); ++i) {
-        others += (i > 1 ? ", " : "") + std::to_string(c.failing[i]);
-      }
-      ADD_FAILURE_AT(c.file, c.line)
-          << c.first
-          << (others.empty() ? "" : "\n  (the same check fails on ranks " + others + " too)");
-    }
-  }
-  // Returns whether the check passed. `key` tells apart the checks a loop makes on one line.
-  bool add(const char* file, int line, const std::string& key, int rank,
-           const ::testing::AssertionResult& result) {
-    auto it = std::find_if(checks_.begin(), checks_.end(), [&](const Check& c) {
-      return c.line == line && c.file == file && c.key == key;
-    });
-    if (it == checks_.end()) it = checks_.insert(checks_.end(), Check{file, line, key, {}, {}});
-    if (result) return true;
-    if (it->failing.empty()) it->first = result.message();
-    it->failing.push_back(rank);
-    return false;
-  }
-
- private:
-  struct Check {
-    const char* file;
-    int line;
-    std::string key;
-    std::string first;
-    std::vector<int> failing;
-  };
-  std::vector<Check> checks_;
-};
-
-#define EXPECT_ON_RANK(checks, rank, result) (checks).add(__FILE__, __LINE__, "", (rank), (result))
-#define EXPECT_ON_RANK_FOR(checks, key, rank, result) \
-  (checks).add(__FILE__, __LINE__, (key), (rank), (result))
-
-::testing::AssertionResult placement_is(const std::string& what, const std::string& got,
-                                        const std::string& want, const std::string& hint) {
-  if (got == want) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << ": placement " << got << ", expected " << want << ": " << hint;
-}
+// ---- placements --------------------------------------------------------------------------------
 
 std::string shard0_of(const Shape& global, int t) {
   return "Shard(0) of " + global.str() + ", local " +
@@ -359,10 +122,36 @@ std::string replicate_of(const Shape& global) {
 
 // ---- the data, the weights and the single-device reference -------------------------------------
 
-Tensor leaf(const Tensor& values) {
-  Tensor x = values;
-  x.set_requires_grad(true);
-  return x;
+// A full [s, b, h] tensor of the test data: every rank makes the same one from the seed.
+Tensor full_tensor(Context& ctx, std::uint64_t seed) {
+  return Tensor::randn(ctx, kShape, seed, 1.0, DType::f64);
+}
+
+// This rank's rows r s/t .. (r+1) s/t of the full tensor of `seed`: its Shard(0).
+Tensor rows(RankEnv& env, std::uint64_t seed) {
+  return slice_of_full(full_tensor(env.ctx, seed), Placement::shard(0), env.rank, env.world);
+}
+
+// The rank's x shard of the full input, as a leaf.
+Tensor x_shard(RankEnv& env) {
+  return leaf(rows(env, kSeedX));
+}
+
+// This rank's term of a Partial [s, b, h]: different on every rank.
+Tensor partial_term(RankEnv& env) {
+  return leaf(env.ctx, kShape, kSeedPerRank + env.rank);
+}
+
+Values rows_of(Context& ctx, const Values& full, int rank, int t) {
+  return values_of(slice_of_full(tensor_of(ctx, full), Placement::shard(0), rank, t));
+}
+
+ParallelTensor through_g(RankEnv& env, const Tensor& x) {
+  return g_gather_seq(env.group, ParallelTensor{x, Placement::shard(0), kShape});
+}
+
+ParallelTensor through_g_bar(RankEnv& env, const Tensor& x) {
+  return g_bar_reduce_scatter_seq(env.group, ParallelTensor{x, Placement::partial(), kShape});
 }
 
 // The full weights: LayerNorm gamma near 1 and beta near 0 but not equal (a lost gamma shows).
@@ -387,9 +176,7 @@ SpMlpWeights full_weights(Context& ctx) {
 SpMlpWeights shard_weights(ProcessGroup& group, const SpMlpWeights& full) {
   std::vector<Tensor> out;
   for (const BlockParameter& p : full.parameters()) {
-    out.push_back(Tensor::parameter(
-        slice_of_full(p.tensor, p.placement, group.rank(), group.size()).copy_to(group.ctx()),
-        p.name));
+    out.push_back(shard_parameter(group, p.tensor, p.placement, p.name));
   }
   return {out[0], out[1], out[2], out[3], out[4], out[5]};
 }
@@ -401,21 +188,18 @@ Tensor reference_block(const Tensor& x, const SpMlpWeights& w) {
 }
 
 struct BlockReference {
-  Values x, y, x_grad, dy;
+  Values y, x_grad;
   std::map<std::string, Values> weights, grads;  // by parameter name
 };
 
 BlockReference reference_run(Context& ctx) {
   BlockReference ref;
   const SpMlpWeights w = full_weights(ctx);
-  const Tensor x = leaf(Tensor::randn(ctx, kShape, kSeedX, 1.0, DType::f64));
+  const Tensor x = leaf(ctx, kShape, kSeedX);
   const Tensor y = reference_block(x, w);
-  const Tensor dy = Tensor::randn(ctx, kShape, kSeedDy, 1.0, DType::f64);
-  y.backward(dy);
-  ref.x = values_of(x);
+  y.backward(full_tensor(ctx, kSeedDy));
   ref.y = values_of(y);
   ref.x_grad = values_of(x.grad());
-  ref.dy = values_of(dy);
   for (const BlockParameter& p : w.parameters()) {
     ref.weights[p.name] = values_of(p.tensor);
     ref.grads[p.name] = values_of(p.tensor.grad());
@@ -423,23 +207,17 @@ BlockReference reference_run(Context& ctx) {
   return ref;
 }
 
-// The ranks' local tensors put together by their placement.
-Values gathered(Context& ctx, const std::vector<RankResult>& ranks, const std::string& name,
-                Placement placement) {
-  if (!placement.is_shard()) return ranks[0][name];
-  std::vector<Tensor> parts;
-  for (const RankResult& r : ranks) {
-    if (!r[name].defined) return {};
-    parts.push_back(tensor_of(ctx, r[name]));
-  }
-  if (parts[0].rank() <= placement.dim) return {};
-  return values_of(concat(parts, placement.dim));
+// Keeps each parameter's gradient as name + ".partial": before the gradient all-reduce.
+void keep_partials(RankResult& out, const std::vector<BlockParameter>& params) {
+  for (const BlockParameter& p : params) out.keep(p.name + ".partial", p.tensor.grad().clone());
 }
 
-// The rank's x shard of the full input, as a leaf.
-Tensor x_shard(RankEnv& env, Placement placement = Placement::shard(0)) {
-  const Tensor full = Tensor::randn(env.ctx, kShape, kSeedX, 1.0, DType::f64);
-  return leaf(slice_of_full(full, placement, env.rank, env.world));
+// Runs the student's all_reduce_partial_gradients on `params`, keeping the collectives it issues
+// (step "reduce") and each gradient after it under the parameter's name.
+void reduce_and_keep(RankEnv& env, RankResult& out, const std::vector<BlockParameter>& params) {
+  out.steps["reduce"] =
+      collectives_of(env.ctx, [&] { all_reduce_partial_gradients(env.group, params); });
+  for (const BlockParameter& p : params) out.keep(p.name, p.tensor.grad());
 }
 
 const char* kNoGradient =
@@ -449,17 +227,16 @@ const char* kNoGradient =
 // ---- task 1: g ---------------------------------------------------------------------------------
 
 TEST(GOperator, ForwardAllGathersTheSequence) {
+  Context ctx;
+  const Values want = values_of(full_tensor(ctx, kSeedX));
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
+    const std::vector<RankResult> ranks = run_with_hints(t, [](RankEnv& env, RankResult& out) {
       const Tensor x = x_shard(env);
-      const ParallelTensor y =
-          g_gather_seq(env.group, ParallelTensor{x, Placement::shard(0), kShape});
+      const ParallelTensor y = through_g(env, x);
       out.keep("x", x);
       out.keep("y", y.local);
       out.placement = y.str();
     });
-    Context ctx;
-    const Values want = values_of(Tensor::randn(ctx, kShape, kSeedX, 1.0, DType::f64));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -475,30 +252,25 @@ TEST(GOperator, ForwardAllGathersTheSequence) {
                      placement_is("g's output" + at(t, r), res.placement, replicate_of(kShape),
                                   "after g every rank holds the whole sequence: Replicate, with "
                                   "x's global shape"));
-      EXPECT_ON_RANK(checks, r,
-                     issued("g" + at(t, r), res.collectives, Phase::forward,
+      expect_issued_by_hand(checks, t, r, "g", res, Phase::forward,
                             {{CollectiveKind::all_gather, kS / t * kB * kH}},
-                            "g's forward is one all-gather of this rank's [s/t, b, h] shard"));
-      EXPECT_ON_RANK(checks, r, written_by_hand("g" + at(t, r), res.collectives));
+                            "g's forward is one all-gather of this rank's [s/t, b, h] shard");
     }
   }
 }
 
 TEST(GOperator, BackwardReduceScattersTheGradient) {
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
+    const std::vector<RankResult> ranks = run_with_hints(t, [](RankEnv& env, RankResult& out) {
       const Tensor x = x_shard(env);
-      const ParallelTensor y =
-          g_gather_seq(env.group, ParallelTensor{x, Placement::shard(0), kShape});
+      const ParallelTensor y = through_g(env, x);
       // Downstream of g the ranks compute different things: each sends back its own gradient.
-      const Tensor dy = Tensor::randn(env.ctx, kShape, kSeedPerRank + env.rank, 1.0, DType::f64);
+      const Tensor dy = full_tensor(env.ctx, kSeedPerRank + env.rank);
       y.local.backward(dy);
       out.keep("dy", dy);
       out.keep("x.grad", x.grad());
     });
-    std::vector<Values> dys;
-    for (const RankResult& res : ranks) dys.push_back(res["dy"]);
-    const Values total = sum_of(dys);
+    const Values total = sum_of(per_rank(ranks, "dy"));
     Context ctx;
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
@@ -515,11 +287,9 @@ TEST(GOperator, BackwardReduceScattersTheGradient) {
                   "x.grad is the whole summed gradient [s, b, h]: g's backward must "
                   "reduce-scatter (keep this rank's s/t rows of the sum), not all-reduce"}},
                 kNoGradient));
-      EXPECT_ON_RANK(checks, r,
-                     issued("g" + at(t, r), res.collectives, Phase::backward,
+      expect_issued_by_hand(checks, t, r, "g", res, Phase::backward,
                             {{CollectiveKind::reduce_scatter, kS * kB * kH}},
-                            "g's backward is one reduce-scatter of the [s, b, h] gradient"));
-      EXPECT_ON_RANK(checks, r, written_by_hand("g" + at(t, r), res.collectives));
+                            "g's backward is one reduce-scatter of the [s, b, h] gradient");
     }
   }
 }
@@ -528,19 +298,15 @@ TEST(GOperator, BackwardReduceScattersTheGradient) {
 
 TEST(GBarOperator, ForwardReduceScattersThePartialSums) {
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
-      const Tensor x =
-          leaf(Tensor::randn(env.ctx, kShape, kSeedPerRank + env.rank, 1.0, DType::f64));
+    const std::vector<RankResult> ranks = run_with_hints(t, [](RankEnv& env, RankResult& out) {
+      const Tensor x = partial_term(env);
       out.keep("x", x);  // a copy of the values before g-bar
-      const ParallelTensor y =
-          g_bar_reduce_scatter_seq(env.group, ParallelTensor{x, Placement::partial(), kShape});
+      const ParallelTensor y = through_g_bar(env, x);
       out.keep("x.after", x);
       out.keep("y", y.local);
       out.placement = y.str();
     });
-    std::vector<Values> xs;
-    for (const RankResult& res : ranks) xs.push_back(res["x"]);
-    const Values total = sum_of(xs);
+    const Values total = sum_of(per_rank(ranks, "x"));
     Context ctx;
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
@@ -563,31 +329,26 @@ TEST(GBarOperator, ForwardReduceScattersThePartialSums) {
       EXPECT_ON_RANK(checks, r,
                      placement_is("g-bar's output" + at(t, r), res.placement, shard0_of(kShape, t),
                                   "g-bar turns a Partial into Shard(0) of the same global shape"));
-      EXPECT_ON_RANK(checks, r,
-                     issued("g-bar" + at(t, r), res.collectives, Phase::forward,
+      expect_issued_by_hand(checks, t, r, "g-bar", res, Phase::forward,
                             {{CollectiveKind::reduce_scatter, kS * kB * kH}},
-                            "g-bar's forward is one reduce-scatter of the [s, b, h] term"));
-      EXPECT_ON_RANK(checks, r, written_by_hand("g-bar" + at(t, r), res.collectives));
+                            "g-bar's forward is one reduce-scatter of the [s, b, h] term");
     }
   }
 }
 
 TEST(GBarOperator, BackwardAllGathersTheGradient) {
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
-      const Tensor x =
-          leaf(Tensor::randn(env.ctx, kShape, kSeedPerRank + env.rank, 1.0, DType::f64));
-      const ParallelTensor y =
-          g_bar_reduce_scatter_seq(env.group, ParallelTensor{x, Placement::partial(), kShape});
+    const std::vector<RankResult> ranks = run_with_hints(t, [](RankEnv& env, RankResult& out) {
+      const Tensor x = partial_term(env);
+      const ParallelTensor y = through_g_bar(env, x);
       // Downstream of g-bar each rank holds its rows: it gets the gradient of its rows.
-      const Tensor dy_full = Tensor::randn(env.ctx, kShape, kSeedDy, 1.0, DType::f64);
-      const Tensor dy = slice_of_full(dy_full, Placement::shard(0), env.rank, env.world);
+      const Tensor dy = rows(env, kSeedDy);
       y.local.backward(dy);
       out.keep("dy", dy);
       out.keep("x.grad", x.grad());
     });
     Context ctx;
-    const Values want = values_of(Tensor::randn(ctx, kShape, kSeedDy, 1.0, DType::f64));
+    const Values want = values_of(full_tensor(ctx, kSeedDy));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -619,9 +380,7 @@ TEST(GBarOperator, BackwardAllGathersTheGradient) {
                                    const std::function<void(RankEnv&)>& op) {
   std::string caught;
   try {
-    SpmdOptions options;
-    options.timeout = std::chrono::milliseconds(5000);
-    run_spmd(2, options, op);
+    run_spmd(2, spmd_options(), op);
   } catch (const SpmdError& e) {
     caught = e.what();
   }
@@ -664,9 +423,9 @@ struct LayerNormReference {
 
 LayerNormReference reference_layernorm(Context& ctx) {
   const SpMlpWeights w = full_weights(ctx);
-  const Tensor x = leaf(Tensor::randn(ctx, kShape, kSeedX, 1.0, DType::f64));
+  const Tensor x = leaf(ctx, kShape, kSeedX);
   const Tensor y = layernorm(x, w.ln_weight, w.ln_bias);
-  y.backward(Tensor::randn(ctx, kShape, kSeedDy, 1.0, DType::f64));
+  y.backward(full_tensor(ctx, kSeedDy));
   return {values_of(y), values_of(x.grad()), values_of(w.ln_weight.grad()),
           values_of(w.ln_bias.grad())};
 }
@@ -681,16 +440,13 @@ RankBody layernorm_body(bool reduce) {
         env.group, ParallelTensor{x, Placement::shard(0), kShape}, w.ln_weight, w.ln_bias);
     out.keep("y", y.local);
     out.placement = y.str();
-    const Tensor dy_full = Tensor::randn(env.ctx, kShape, kSeedDy, 1.0, DType::f64);
-    y.local.backward(slice_of_full(dy_full, Placement::shard(0), env.rank, env.world));
+    y.local.backward(rows(env, kSeedDy));
     out.keep("x.grad", x.grad());
-    out.keep("gamma.grad.partial", w.ln_weight.grad().clone());
-    out.keep("beta.grad.partial", w.ln_bias.grad().clone());
-    if (!reduce) return;
-    all_reduce_partial_gradients(env.group, {{"ln.weight", w.ln_weight, Placement::replicate()},
-                                             {"ln.bias", w.ln_bias, Placement::replicate()}});
-    out.keep("gamma.grad", w.ln_weight.grad());
-    out.keep("beta.grad", w.ln_bias.grad());
+    const std::vector<BlockParameter> gamma_beta = {
+        {"ln.weight", w.ln_weight, Placement::replicate()},
+        {"ln.bias", w.ln_bias, Placement::replicate()}};
+    keep_partials(out, gamma_beta);
+    if (reduce) reduce_and_keep(env, out, gamma_beta);
   };
 }
 
@@ -698,12 +454,7 @@ TEST(SequenceParallelLayerNorm, NormalisesThisRanksRowsWithoutCommunicating) {
   Context ctx;
   const LayerNormReference want = reference_layernorm(ctx);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, layernorm_body(false));
-    std::vector<Values> gammas, betas;
-    for (const RankResult& res : ranks) {
-      gammas.push_back(res["gamma.grad.partial"]);
-      betas.push_back(res["beta.grad.partial"]);
-    }
+    const std::vector<RankResult> ranks = run_with_hints(t, layernorm_body(false));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
@@ -728,6 +479,8 @@ TEST(SequenceParallelLayerNorm, NormalisesThisRanksRowsWithoutCommunicating) {
       }
     }
     // Before the all-reduce each rank's gamma and beta gradients cover its own rows only.
+    const std::vector<Values> gammas = per_rank(ranks, "ln.weight.partial");
+    const std::vector<Values> betas = per_rank(ranks, "ln.bias.partial");
     EXPECT_TRUE(judge("gamma gradients summed over the ranks (t = " + std::to_string(t) + ")",
                       sum_of(gammas), want.gamma_grad, t, Hints(), {}, kNoGradient));
     EXPECT_TRUE(judge("beta gradients summed over the ranks (t = " + std::to_string(t) + ")",
@@ -745,6 +498,16 @@ const char* kAveraged =
     "up (ReduceOp::sum, no division by t)";
 const char* kReducedTwice = "the gradient was all-reduced twice";
 
+// A Replicate parameter's gradient after the all-reduce (kept under `name`, the one before it under
+// name + ".partial") against the single-device one.
+::testing::AssertionResult summed_gradient(const std::string& what, const RankResult& res,
+                                           const std::string& name, const Values& want, int t,
+                                           const std::string& if_undefined = kNoGradient,
+                                           const std::string& twice = kReducedTwice) {
+  return judge(what, res[name], want, t, Hints().if_over_t(kAveraged).if_times_t(twice),
+               {{res[name + ".partial"], kPartialGradient}}, if_undefined);
+}
+
 // Each rank: a piece of a TP-SP block built from the framework's ops (LN on its rows -> gather_seq
 // -> its fc1 columns), with a replicated parameter that takes no gradient; then the student's
 // all_reduce_partial_gradients.
@@ -757,49 +520,33 @@ RankBody partial_gradients_body() {
     const Tensor h = add(matmul(gather_seq(env.group, ln).local, w.fc1_weight), w.fc1_bias);
     const Tensor dh_full = Tensor::randn(env.ctx, {kS, kB, kF}, kSeedDy, 1.0, DType::f64);
     h.backward(slice_of_full(dh_full, Placement::shard(2), env.rank, env.world));
-    for (const char* name : {"ln.weight", "ln.bias", "fc1.weight", "fc1.bias"}) {
-      const Tensor& p = std::string(name) == "ln.weight"    ? w.ln_weight
-                        : std::string(name) == "ln.bias"    ? w.ln_bias
-                        : std::string(name) == "fc1.weight" ? w.fc1_weight
-                                                            : w.fc1_bias;
-      out.keep(std::string(name) + ".partial", p.grad().clone());
-    }
-    CollectiveRecorder reductions;
-    {
-      ObserverGuard guard(env.ctx, reductions);
-      all_reduce_partial_gradients(env.group, {{"ln.weight", w.ln_weight, Placement::replicate()},
-                                               {"fc1.weight", w.fc1_weight, Placement::shard(1)},
-                                               {"unused", unused, Placement::replicate()},
-                                               {"ln.bias", w.ln_bias, Placement::replicate()},
-                                               {"fc1.bias", w.fc1_bias, Placement::shard(0)}});
-    }
-    out.reductions = reductions.events;
-    out.keep("ln.weight", w.ln_weight.grad());
-    out.keep("ln.bias", w.ln_bias.grad());
-    out.keep("fc1.weight", w.fc1_weight.grad());
-    out.keep("fc1.bias", w.fc1_bias.grad());
-    out.keep("unused", unused.grad());
+    const BlockParameter ln_weight{"ln.weight", w.ln_weight, Placement::replicate()},
+        ln_bias{"ln.bias", w.ln_bias, Placement::replicate()},
+        fc1_weight{"fc1.weight", w.fc1_weight, Placement::shard(1)},
+        fc1_bias{"fc1.bias", w.fc1_bias, Placement::shard(0)};
+    keep_partials(out, {ln_weight, ln_bias, fc1_weight, fc1_bias});
+    reduce_and_keep(
+        env, out,
+        {ln_weight, fc1_weight, {"unused", unused, Placement::replicate()}, ln_bias, fc1_bias});
   };
 }
 
 TEST(PartialGradients, ReplicatedGradientsAreSummedShardedOnesLeftAlone) {
   Context ctx;
   const SpMlpWeights w = full_weights(ctx);
-  const Tensor x = leaf(Tensor::randn(ctx, kShape, kSeedX, 1.0, DType::f64));
+  const Tensor x = leaf(ctx, kShape, kSeedX);
   add(matmul(layernorm(x, w.ln_weight, w.ln_bias), w.fc1_weight), w.fc1_bias)
       .backward(Tensor::randn(ctx, {kS, kB, kF}, kSeedDy, 1.0, DType::f64));
   for (int t : kDegrees) {
-    std::vector<RankResult> ranks = run_ranks(t, partial_gradients_body());
+    const std::vector<RankResult> ranks = run_with_hints(t, partial_gradients_body());
     RankChecks checks;
-    for (const char* name : {"ln.weight", "ln.bias"}) {
-      const Values want =
-          values_of(std::string(name) == "ln.weight" ? w.ln_weight.grad() : w.ln_bias.grad());
+    for (const auto& [name, want] :
+         {std::pair(std::string("ln.weight"), values_of(w.ln_weight.grad())),
+          std::pair(std::string("ln.bias"), values_of(w.ln_bias.grad()))}) {
       for (int r = 0; r < t; ++r) {
-        const RankResult& res = ranks[static_cast<std::size_t>(r)];
         EXPECT_ON_RANK_FOR(checks, name, r,
-                           judge(std::string(name) + " gradient" + at(t, r), res[name], want, t,
-                                 Hints().if_over_t(kAveraged).if_times_t(kReducedTwice),
-                                 {{res[std::string(name) + ".partial"], kPartialGradient}}));
+                           summed_gradient(name + " gradient" + at(t, r),
+                                           ranks[static_cast<std::size_t>(r)], name, want, t, ""));
       }
     }
     for (int r = 0; r < t; ++r) {
@@ -818,9 +565,10 @@ TEST(PartialGradients, ReplicatedGradientsAreSummedShardedOnesLeftAlone) {
                      ::testing::AssertionResult(!res["unused"].defined)
                          << "unused parameter" << at(t, r)
                          << ": it got a gradient; a parameter without one must be skipped");
+      const std::vector<Collective>& reduce = res.steps.at("reduce");
       int sums = 0;
       std::string wrong;
-      for (const Collective& c : res.reductions) {
+      for (const Collective& c : reduce) {
         if (c.kind == CollectiveKind::all_reduce && c.reduce == ReduceOp::sum &&
             c.purpose == CommPurpose::param_grad && c.count == kH) {
           ++sums;
@@ -834,9 +582,9 @@ TEST(PartialGradients, ReplicatedGradientsAreSummedShardedOnesLeftAlone) {
       }
       EXPECT_ON_RANK(
           checks, r,
-          ::testing::AssertionResult(wrong.empty() && sums == 2 && res.reductions.size() == 2)
+          ::testing::AssertionResult(wrong.empty() && sums == 2 && reduce.size() == 2)
               << "all_reduce_partial_gradients" << at(t, r) << ": issued "
-              << describe(res.reductions)
+              << describe(reduce, OpNames::short_form)
               << "; expected two all-reduces (sum, purpose param_grad) of [h], for ln.weight and "
                  "ln.bias"
               << (wrong.empty() ? "" : ": " + wrong));
@@ -848,26 +596,27 @@ TEST(SequenceParallelLayerNorm, GammaAndBetaGradientsMatchAfterTheAllReduce) {
   Context ctx;
   const LayerNormReference want = reference_layernorm(ctx);
   for (int t : kDegrees) {
-    const std::vector<RankResult> ranks = run_ranks(t, layernorm_body(true));
+    const std::vector<RankResult> ranks = run_with_hints(t, layernorm_body(true));
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
-      EXPECT_ON_RANK(checks, r,
-                     judge("gamma gradient" + at(t, r), res["gamma.grad"], want.gamma_grad, t,
-                           Hints().if_over_t(kAveraged).if_times_t(kReducedTwice),
-                           {{res["gamma.grad.partial"], kPartialGradient}}, kNoGradient));
-      EXPECT_ON_RANK(checks, r,
-                     judge("beta gradient" + at(t, r), res["beta.grad"], want.beta_grad, t,
-                           Hints().if_over_t(kAveraged).if_times_t(kReducedTwice),
-                           {{res["beta.grad.partial"], kPartialGradient}}, kNoGradient));
+      EXPECT_ON_RANK(
+          checks, r,
+          summed_gradient("gamma gradient" + at(t, r), res, "ln.weight", want.gamma_grad, t));
+      EXPECT_ON_RANK(
+          checks, r,
+          summed_gradient("beta gradient" + at(t, r), res, "ln.bias", want.beta_grad, t));
     }
   }
 }
 
 // ---- task 5: the TP-SP MLP block ----------------------------------------------------------------
 
-std::vector<RankResult> run_block(int t, bool measure) {
-  return run_ranks(t, [measure](RankEnv& env, RankResult& out) {
+// Each rank: its shard through the student's block, with the activation bytes saved after the
+// forward ("saved", and by op: "sites"); with `backward`, backward from its rows of dy and the
+// student's gradient all-reduce.
+std::vector<RankResult> run_block(int t, bool backward) {
+  const RankBody body = [backward](RankEnv& env, RankResult& out) {
     const SpMlpWeights w = shard_weights(env.group, full_weights(env.ctx));
     const Tensor x = x_shard(env);
     ParallelTensor y;
@@ -875,20 +624,18 @@ std::vector<RankResult> run_block(int t, bool measure) {
       MemoryLedger ledger;
       ObserverGuard guard(env.ctx, ledger);
       y = sp_mlp_block(env.group, ParallelTensor{x, Placement::shard(0), kShape}, w);
-      out.saved = ledger.saved_activation_bytes();
-      out.sites = sites_text(ledger);
+      out.numbers["saved"] = static_cast<double>(ledger.saved_activation_bytes());
+      out.texts["sites"] = sites_text(ledger);
     }
     out.keep("y", y.local);
     out.placement = y.str();
-    if (!measure) return;
-    const Tensor dy_full = Tensor::randn(env.ctx, kShape, kSeedDy, 1.0, DType::f64);
-    y.local.backward(slice_of_full(dy_full, Placement::shard(0), env.rank, env.world));
-    for (const BlockParameter& p : w.parameters())
-      out.keep(p.name + ".partial", p.tensor.grad().clone());
-    all_reduce_partial_gradients(env.group, w.parameters());
+    if (!backward) return;
+    y.local.backward(rows(env, kSeedDy));
+    keep_partials(out, w.parameters());
+    reduce_and_keep(env, out, w.parameters());
     out.keep("x.grad", x.grad());
-    for (const BlockParameter& p : w.parameters()) out.keep(p.name, p.tensor.grad());
-  });
+  };
+  return run_with_hints(t, body);
 }
 
 // What the framework's block of the same structure saves per rank (g, then a plain matmul that
@@ -925,20 +672,19 @@ TEST(SpMlpBlock, ForwardMatchesTheSingleDeviceBlock) {
       EXPECT_ON_RANK(checks, r,
                      placement_is("block output" + at(t, r), res.placement, shard0_of(kShape, t),
                                   "the block returns the sequence shard it was given: Shard(0)"));
-      EXPECT_ON_RANK(checks, r,
-                     issued("block" + at(t, r), res.collectives, Phase::forward,
+      expect_issued_by_hand(checks, t, r, "block", res, Phase::forward,
                             {{CollectiveKind::all_gather, kS / t * kB * kH},
                              {CollectiveKind::reduce_scatter, kS * kB * kH}},
                             "the forward is g's all-gather before fc1 and g-bar's reduce-scatter "
-                            "after fc2, nothing else"));
-      EXPECT_ON_RANK(checks, r, written_by_hand("block" + at(t, r), res.collectives));
+                            "after fc2, nothing else");
+      const auto saved = static_cast<std::size_t>(res.numbers.at("saved"));
       EXPECT_ON_RANK(
           checks, r,
-          ::testing::AssertionResult(res.saved == want_saved)
-              << "block" << at(t, r) << ": saved " << res.saved
+          ::testing::AssertionResult(saved == want_saved)
+              << "block" << at(t, r) << ": saved " << saved
               << " bytes of activations for backward, expected " << want_saved
               << " (LayerNorm input, the gathered fc1 input, GeLU and fc2 inputs); yours: "
-              << res.sites << ". g and g-bar need nothing saved for their backward");
+              << res.texts.at("sites") << ". g and g-bar need nothing saved for their backward");
     }
   }
 }
@@ -971,11 +717,9 @@ TEST(SpMlpBlock, GradientsMatchTheSingleDeviceBlock) {
                   "it after g-bar, to this rank's rows; or was it all-reduced twice?"
                 : "the gradient was all-reduced twice, or (if the input gradient is t x want "
                   "too) the ranks' activation gradients were summed twice on the way back";
-        EXPECT_ON_RANK_FOR(
-            checks, name, r,
-            judge(std::string(name) + " gradient" + at(t, r), res[name], ref.grads.at(name), t,
-                  Hints().if_over_t(kAveraged).if_times_t(twice),
-                  {{res[std::string(name) + ".partial"], kPartialGradient}}, kNoGradient));
+        EXPECT_ON_RANK_FOR(checks, name, r,
+                           summed_gradient(std::string(name) + " gradient" + at(t, r), res, name,
+                                           ref.grads.at(name), t, kNoGradient, twice));
       }
       EXPECT_ON_RANK(checks, r,
                      issued("block" + at(t, r), res.collectives, Phase::backward,
@@ -1012,9 +756,7 @@ Measured measure(const BlockShape& shape, Layout layout) {
   const DType dtype = shape.A == 8 ? DType::f64 : DType::f32;
   const Shape global{shape.s, shape.b, shape.h};
   Measured m;
-  SpmdOptions options;
-  options.timeout = std::chrono::milliseconds(5000);
-  run_spmd(shape.t, options, [&](RankEnv& env) {
+  run_spmd(shape.t, spmd_options(), [&](RankEnv& env) {
     const SpMlpWeights w = shard_weights(env.group, full_weights(env.ctx, shape.h, shape.f, dtype));
     const Placement in = layout == Layout::tp ? Placement::replicate() : Placement::shard(0);
     const Tensor x = leaf(
@@ -1047,22 +789,14 @@ Measured measure(const BlockShape& shape, Layout layout) {
     m.sites = sites_text(ledger);
     std::vector<Collective> fwd, bwd, par;
     for (const Collective& c : recorder.events) {
-      (c.purpose == CommPurpose::param_grad ? par
-       : c.phase == Phase::forward          ? fwd
-                                            : bwd)
-          .push_back(c);
+      const bool param_grad = c.purpose == CommPurpose::param_grad;
+      const bool forward = !param_grad && c.phase == Phase::forward;
+      (param_grad ? par : forward ? fwd : bwd).push_back(c);
+      (param_grad ? m.comm.param_grad : forward ? m.comm.forward : m.comm.backward) += c.bytes_sent;
     }
-    m.collectives = "forward " + describe(fwd) + "; backward " + describe(bwd) + "; param_grad " +
-                    describe(par);
-    for (const Collective& c : recorder.events) {
-      if (c.purpose == CommPurpose::param_grad) {
-        m.comm.param_grad += c.bytes_sent;
-      } else if (c.phase == Phase::forward) {
-        m.comm.forward += c.bytes_sent;
-      } else {
-        m.comm.backward += c.bytes_sent;
-      }
-    }
+    m.collectives = "forward " + describe(fwd, OpNames::short_form) + "; backward " +
+                    describe(bwd, OpNames::short_form) + "; param_grad " +
+                    describe(par, OpNames::short_form);
   });
   return m;
 }
