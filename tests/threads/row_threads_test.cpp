@@ -61,7 +61,9 @@ TEST(RowThreads, EveryIndexOnceAndChunksOfAtLeastTheGrain) {
           for (const auto& [begin, end] : chunks) EXPECT_GE(end - begin, grain);
           EXPECT_LE(chunks.size(), static_cast<std::size_t>(4 * threads));
         }
-        if (threads == 1 || n < 2 * grain) EXPECT_EQ(chunks.size(), 1u);
+        if (threads == 1 || n < 2 * grain) {
+          EXPECT_EQ(chunks.size(), 1u);
+        }
       }
     }
   }
