@@ -50,27 +50,36 @@ class BackwardState {
   std::string scope_;
 };
 
-// Returns true when `g` was added to a gradient the leaf already had (false: copied into a new
-// one).
-bool accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
+// The numerical guard on a sum: `n`'s gradient of input `i`, finite, added to `onto`.
+std::string gradient_sum_what(std::size_t i, const char* onto) {
+  return "gradient of input " + std::to_string(i) + " added to " + onto;
+}
+
+// Adds `g`, the gradient of input `i` of node `n` (null: the seed of a backward from the leaf
+// itself), into the leaf's gradient (a copy when it has none). Under the numerical guard a sum
+// is made aside and checked before it is stored, so a failed check leaves the leaf's gradient as
+// it was (a copy of a checked gradient needs no look).
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std::size_t i) {
   Context& ctx = *leaf.ctx;
   if (!leaf.grad.defined()) {
     Tensor fresh = Tensor::empty(ctx, leaf.shape, leaf.dtype);
     fresh.storage()->set_category(MemoryCategory::gradient);
     ctx.backend().copy(g, fresh);
     leaf.grad = fresh;
-    return false;
+    return;
   }
-  ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
-  return true;
-}
-
-// The numerical guard on a sum (a copy of a checked gradient needs no second look): `n`'s
-// gradient of input `i`, finite, added to `onto`.
-void check_gradient_sum(const Tensor& sum, const Node& n, std::size_t i, const char* onto,
-                        const char* hint) {
-  check_finite(sum, n.where(), "gradient of input " + std::to_string(i) + " added to " + onto,
-               hint);
+  if (!ctx.check_finite()) {
+    ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
+    return;
+  }
+  Tensor sum = Tensor::empty(ctx, leaf.shape, leaf.dtype);
+  ctx.backend().add(leaf.grad, g, 1.0, 1.0, sum);
+  check_finite(sum, n ? n->where() : "backward of a leaf " + g.describe(),
+               n ? gradient_sum_what(i, "the leaf's gradient so far")
+                 : "the gradient given to backward() added to the leaf's gradient so far",
+               "the gradient coming in was finite: the sum overflowed, or the leaf's gradient "
+               "already held NaN or Inf");
+  ctx.backend().copy(sum, leaf.grad);
 }
 
 Tensor sum_gradients(const Tensor& a, const Tensor& b) {
@@ -150,7 +159,22 @@ std::vector<Tensor> run_node(Context& ctx, BackwardState& state, Node& n,
   }
   const OpEvent event = backward_event(n);
   if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });
-  std::vector<Tensor> input_grads = n.apply(grads);
+  std::vector<Tensor> input_grads;
+  try {
+    input_grads = n.apply(grads);
+  } catch (...) {
+    // Close the begin event (with no outputs, as a forward op that threw) so observers stay
+    // balanced, then let the error go on.
+    if (ctx.observed()) {
+      OpEvent failed = event;
+      failed.outputs = nullptr;
+      try {
+        ctx.notify([&](Observer& o) { o.on_op_end(failed); });
+      } catch (...) {  // the node's own error is the one to report
+      }
+    }
+    throw;
+  }
   grads.clear();
   n.release_saved();
   if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_end(event); });
@@ -174,7 +198,7 @@ void run_backward(const Tensor& root, const Tensor& grad) {
     check_finite(seed, where, "the gradient given to backward()");
   }
   if (root.is_leaf()) {
-    accumulate_into_leaf(*root.impl(), seed);
+    accumulate_into_leaf(*root.impl(), seed, nullptr, 0);
     return;
   }
   Node* root_node = root.grad_fn().get();
@@ -194,11 +218,8 @@ void run_backward(const Tensor& root, const Tensor& grad) {
     for (std::size_t i = 0; i < input_grads.size(); ++i) {
       const Edge& e = n->edges()[i];
       const Tensor& g = input_grads[i];
-      if (e.leaf && g.defined() && e.leaf->requires_grad && accumulate_into_leaf(*e.leaf, g) &&
-          ctx.check_finite()) {
-        check_gradient_sum(e.leaf->grad, *n, i, "the leaf's gradient so far",
-                           "the gradient coming in was finite: the sum overflowed, or the "
-                           "leaf's gradient already held NaN or Inf");
+      if (e.leaf && g.defined() && e.leaf->requires_grad) {
+        accumulate_into_leaf(*e.leaf, g, n, i);
       }
       if (!e.node) continue;
       if (g.defined()) {
@@ -208,8 +229,8 @@ void run_backward(const Tensor& root, const Tensor& grad) {
         if (acc.defined()) {
           acc = sum_gradients(acc, g);
           if (ctx.check_finite()) {
-            check_gradient_sum(acc, *n, i, "the gradient of its other uses",
-                               "both were finite: the sum overflowed");
+            check_finite(acc, n->where(), gradient_sum_what(i, "the gradient of its other uses"),
+                         "both were finite: the sum overflowed");
           }
         } else {
           acc = g;

@@ -2,6 +2,8 @@
 #include "autograd/optim.h"
 
 #include "autograd/backend.h"
+#include "autograd/context.h"
+#include "autograd/tensor.h"
 
 namespace shardscope {
 
@@ -12,6 +14,11 @@ void sgd_step(const std::vector<Tensor>& parameters, double learning_rate) {
     NoGradGuard no_grad(p.ctx());
     Tensor target = p;  // updates the parameter's storage in place
     p.ctx().backend().add(p, g, 1.0, -learning_rate, target);
+    if (p.ctx().check_finite()) {
+      check_finite(p, p.ctx().where("sgd_step"), "the parameter after the update",
+                   "its gradient was finite (the backward checked it): the learning rate times "
+                   "the gradient overflowed");
+    }
     target.zero_grad();
   }
 }

@@ -19,10 +19,12 @@ MemoryCategory default_category(const Context& ctx) {
 
 // Rejects negative dims and shapes whose byte size does not fit in 63 bits.
 void check_shape(const Shape& shape, DType dtype) {
+  // Over the non-zero dims, so that the rule does not depend on where a zero dim stands: the
+  // strides of an empty tensor are products of its other dims, and must fit too.
   std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
   for (std::int64_t d : shape.dims()) {
     if (d < 0) throw ShapeError("tensor shape " + shape.str() + " has a negative dim");
-    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+    if (d != 0 && __builtin_mul_overflow(bytes, d, &bytes)) {
       throw ShapeError(std::string("tensor shape ") + dtype_name(dtype) + shape.str() +
                        " is too large: its byte size overflows 64 bits");
     }

@@ -1,6 +1,7 @@
 // manifest.json: writing, and reading with validation of every field and file.
 #include "io/manifest.h"
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -38,6 +39,21 @@ std::int64_t int_field(const json& object, const char* key, const std::string& w
     fail(where, std::string("field '") + key + "' must be an integer, given " + value.dump());
   }
   return value.get<std::int64_t>();
+}
+
+// An integer field in [lo, hi] (a float, or an integer out of range, is refused by name).
+int int_in_range(const json& object, const char* key, int lo, int hi, const std::string& where) {
+  const json& value = field(object, key, where);
+  const bool ok = value.is_number_integer() && !value.is_number_unsigned()
+                      ? value.get<std::int64_t>() >= lo && value.get<std::int64_t>() <= hi
+                      : value.is_number_unsigned() && lo >= 0 &&
+                            value.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi) &&
+                            value.get<std::uint64_t>() >= static_cast<std::uint64_t>(lo);
+  if (!ok) {
+    fail(where, std::string("field '") + key + "' must be an integer in [" + std::to_string(lo) +
+                    ", " + std::to_string(hi) + "], given " + value.dump());
+  }
+  return static_cast<int>(value.get<std::int64_t>());
 }
 
 Shape shape_field(const json& object, const std::string& where) {
@@ -190,13 +206,21 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
   c.batch = int_field(j, "batch", where);
   c.hidden = int_field(j, "hidden", where);
   c.heads = int_field(j, "heads", where);
+  // Integers are taken only as integers in range: nlohmann converts a float (1e300, 2.9) to an
+  // int with a cast, which is undefined out of range and silently truncates in range.
+  if (j.contains("seed")) {
+    const json& v = j.at("seed");
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+      fail(where, "field 'seed' must be an integer >= 0, given " + v.dump());
+    }
+    c.seed = v.get<std::uint64_t>();
+  }
+  if (j.contains("layer")) c.layer = int_in_range(j, "layer", 0, INT_MAX, where);
+  if (j.contains("degree")) c.degree = int_in_range(j, "degree", 1, INT_MAX, where);
   try {
     if (j.contains("dropout")) c.dropout = j.at("dropout").get<double>();
-    if (j.contains("seed")) c.seed = j.at("seed").get<std::uint64_t>();
-    if (j.contains("layer")) c.layer = j.at("layer").get<int>();
     if (j.contains("causal")) c.causal = j.at("causal").get<bool>();
     if (j.contains("layernorm_eps")) c.layernorm_eps = j.at("layernorm_eps").get<double>();
-    if (j.contains("degree")) c.degree = j.at("degree").get<int>();
     if (j.contains("dtype")) c.dtype = parse_dtype_name(j.at("dtype").get<std::string>());
     if (j.contains("mode")) c.mode = parse_mode(j.at("mode").get<std::string>());
   } catch (const json::exception& e) {

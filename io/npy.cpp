@@ -20,9 +20,11 @@ constexpr std::size_t kMagicSize = 6;
 constexpr std::size_t kAlign = 64;         // the data starts at a multiple of 64 bytes
 constexpr std::size_t kGrowthDigits = 21;  // NumPy's spare room for the first dim to grow
 
+// At most the first 200 bytes, escaped, then "... (N bytes)": a 2.0 header may be 4 GiB long.
 std::string quoted(const std::string& text) {
+  constexpr std::size_t kMost = 200;
   std::string out;
-  for (unsigned char ch : text) {
+  for (unsigned char ch : text.substr(0, kMost)) {
     if (std::isprint(ch)) {
       out += static_cast<char>(ch);
     } else {
@@ -31,6 +33,7 @@ std::string quoted(const std::string& text) {
       out += hex;
     }
   }
+  if (text.size() > kMost) return "'" + out + "'... (" + std::to_string(text.size()) + " bytes)";
   return "'" + out + "'";
 }
 
@@ -175,17 +178,20 @@ class HeaderParser {
   std::size_t pos_ = 0;
 };
 
-// Bytes of data a header's shape and dtype need; NpyError when the count does not fit in 63 bits
-// (the rule Tensor::empty checks, so a header read here always makes a tensor).
+// Bytes of data a header's shape and dtype need; NpyError when the size of its non-zero dims
+// does not fit in 63 bits (the rule Tensor::empty checks, so a header read here always makes a
+// tensor, wherever a zero dim stands).
 std::size_t data_bytes(const NpyHeader& h, const std::string& what) {
   auto bytes = static_cast<std::int64_t>(dtype_size(h.dtype));
+  bool empty = false;
   for (std::int64_t d : h.shape.dims()) {
-    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+    empty = empty || d == 0;
+    if (d != 0 && __builtin_mul_overflow(bytes, d, &bytes)) {
       fail(what, "shape " + h.shape.str() + " of " + dtype_name(h.dtype) +
                      " is too large: its byte size overflows 64 bits");
     }
   }
-  return static_cast<std::size_t>(bytes);
+  return empty ? 0 : static_cast<std::size_t>(bytes);
 }
 
 void check_data_size(const NpyHeader& h, std::size_t file_size, const std::string& what) {
@@ -326,7 +332,10 @@ NpyHeader read_npy_header(const std::string& path) {
 }
 
 Tensor read_npy(const std::string& path, Context& ctx) {
-  const std::string bytes = read_file(path, file_size(path));
+  // The header first: a file whose size is not what its header says is an NpyError before the
+  // whole file is read.
+  const NpyHeader h = read_npy_header(path);
+  const std::string bytes = read_file(path, h.data_offset + data_bytes(h, path));
   Tensor t = decode_npy(bytes, ctx, path);
   t.set_name(std::filesystem::path(path).stem().string());
   return t;

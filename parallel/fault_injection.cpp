@@ -303,6 +303,16 @@ std::string FaultInjector::what_was_reached() const {
 }
 
 void FaultInjector::check_after_run() const {
+  check_fired();
+  if (!skipped_.empty()) {
+    throw Error("injected skip-collective on " + header() + ": rank " + std::to_string(plan_.rank) +
+                " skipped " + skipped_ +
+                " and still reached the end of its function, a collective ahead of the other "
+                "ranks");
+  }
+}
+
+void FaultInjector::check_fired() const {
   if (!fired_) {
     const bool acts_on_ops = plan_.kind == FaultKind::throw_error || plan_.kind == FaultKind::hang;
     if (!acts_on_ops && !is_collective_kind_name(plan_.at) && ops_seen_.count(plan_.at)) {
@@ -313,12 +323,6 @@ void FaultInjector::check_after_run() const {
     }
     throw Error("--inject-fault: rank " + std::to_string(plan_.rank) + " never reached " +
                 plan_.at + " (" + what_was_reached() + ")");
-  }
-  if (!skipped_.empty()) {
-    throw Error("injected skip-collective on " + header() + ": rank " + std::to_string(plan_.rank) +
-                " skipped " + skipped_ +
-                " and still reached the end of its function, a collective ahead of the other "
-                "ranks");
   }
 }
 

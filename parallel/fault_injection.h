@@ -75,6 +75,11 @@ class FaultInjector {
   // rank R skipped a collective yet got to its end (the others are a collective behind it and
   // would wait for it: under MPI, for ever).
   void check_after_run() const;
+  // The first half of that: throws when the fault never fired. The launcher calls it before its
+  // final barrier too (unless the plan is at=barrier, which that barrier may still fire), so the
+  // other ranks fail in the barrier naming rank R instead of going on to print and write a run
+  // that rank R is about to fail (under MPI, racing its abort).
+  void check_fired() const;
 
   // The communicator's side (FaultyComm): runs `call` on `inner` with the fault applied when it
   // is the first call matching the plan, else as is.

@@ -245,6 +245,12 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
     if (!p.partial_grad || !p.local.grad().defined()) continue;
     Tensor g = p.local.grad();
     group_.all_reduce(g, ReduceOp::sum, CommPurpose::param_grad);
+    if (ctx.check_finite()) {  // finite partial sums can overflow when summed across ranks
+      check_finite(g, ctx.where("reduce_parameter_gradients"),
+                   "gradient of " + p.name + " after the all-reduce",
+                   "every rank's partial gradient was finite (the backward checked them): the "
+                   "sum over the ranks overflowed");
+    }
   }
   ctx.set_current_op(previous);
   ctx.set_phase(phase);

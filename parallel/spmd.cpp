@@ -64,8 +64,8 @@ std::string join_errors(const std::vector<SpmdError::RankError>& errors) {
 
 // The rank function in `ctx`, with out-of-memory named where it happened, then a barrier so a rank
 // that returns while another still waits in a collective is a mismatch error at once. On the rank
-// of an injected fault, `comm` is the faulty one and `fault` watches the rank's ops; after the
-// barrier it says whether the fault fired.
+// of an injected fault, `comm` is the faulty one and `fault` watches the rank's ops; before the
+// barrier (and after it, for a fault at the barrier itself) it says whether the fault fired.
 void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn, FaultInjector* fault) {
   comm.attach(ctx);
   std::optional<ObserverGuard> watch;
@@ -78,6 +78,7 @@ void run_rank_function(Context& ctx, Communicator& comm, const RankFn& fn, Fault
     throw Error("out of memory (std::bad_alloc) in " + ctx.where(ctx.current_op()));
   }
   ctx.set_current_op("end of the rank function");
+  if (fault && fault->plan().at != "barrier") fault->check_fired();
   group.barrier();
   if (fault) fault->check_after_run();
 }

@@ -47,8 +47,15 @@ class RowThreads {
     }
     // A few chunks per thread, so that a thread slowed down by other work costs little.
     const std::int64_t chunks = std::min<std::int64_t>(most, 4 * std::int64_t{threads_});
+    // A call from inside a chunk (a thread already running this pool's work, which may hold
+    // busy_) runs its chunks alone, as a caller that finds the workers busy does.
+    if (in_chunk()) {
+      for (std::int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
+      return;
+    }
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) {
+      InChunk mark;
       for (std::int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
       return;
     }
@@ -56,6 +63,18 @@ class RowThreads {
   }
 
  private:
+  // Whether this thread is running chunks of a RowThreads (any pool) right now.
+  static bool& in_chunk() {
+    static thread_local bool inside = false;
+    return inside;
+  }
+  struct InChunk {
+    InChunk() { in_chunk() = true; }
+    ~InChunk() { in_chunk() = false; }
+    InChunk(const InChunk&) = delete;
+    InChunk& operator=(const InChunk&) = delete;
+  };
+
   void run(std::int64_t n, std::int64_t chunks, std::function<void(std::int64_t, std::int64_t)> f) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -83,6 +102,7 @@ class RowThreads {
 
   // Runs chunks until every chunk is taken; the first exception is kept for the caller.
   void take_chunks() {
+    InChunk mark;
     for (;;) {
       const std::int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
       if (c >= chunks_) return;

@@ -3,6 +3,7 @@
 // the first bad element and how many there are; later ops never run. Off by default.
 #include <limits>
 
+#include "autograd/optim.h"
 #include "tests/autograd/autograd_testing.h"
 
 namespace shardscope {
@@ -138,6 +139,20 @@ TEST(FiniteCheck, BackwardNamesTheNodeWhoseGradientBecameInf) {
   EXPECT_EQ(ctx.phase(), Phase::forward);  // the engine's state is restored
 }
 
+// The node that throws in backward still gets its end event (with no outputs), so a trace or a
+// ledger attributing allocations to the open op stays balanced.
+TEST(FiniteCheck, ABackwardThatThrowsClosesItsOpForTheObservers) {
+  Context ctx;
+  ctx.set_check_finite(true);
+  const Tensor x = Tensor::from_vector(ctx, {2}, {1.0, 2.0}).set_requires_grad(true);
+  const Tensor y = mul(x, Tensor::full(ctx, {2}, 1.0e30));
+  OpCounter counter;
+  ObserverGuard watch(ctx, counter);
+  EXPECT_THROW(y.backward(Tensor::full(ctx, {2}, 1.0e10)), NumericalError);
+  EXPECT_GE(counter.begins, 1);
+  EXPECT_EQ(counter.ends, counter.begins);
+}
+
 // Two finite gradients whose sum overflows: where a tensor used twice gets them added.
 TEST(FiniteCheck, BackwardNamesAGradientSumThatOverflows) {
   Context ctx;
@@ -156,6 +171,30 @@ TEST(FiniteCheck, BackwardNamesAGradientSumThatOverflows) {
   const Tensor twice = add(scale(leaf, 1.0), scale(leaf, 1.0));
   EXPECT_THAT(message_of<NumericalError>([&] { twice.backward(seed); }),
               AllOf(HasSubstr("added to the leaf's gradient so far"), HasSubstr("backward")));
+  // The failed sum is not stored: the leaf keeps the finite gradient of its first use.
+  ASSERT_TRUE(leaf.grad().defined());
+  const double kept = static_cast<float>(2.0e38);  // the seed, in f32
+  EXPECT_EQ(leaf.grad().to_vector(), std::vector<double>({kept, kept}));
+
+  // Backward from the leaf itself, twice: the second seed is added to the first.
+  const Tensor root = Tensor::from_vector(ctx, {2}, {1.0, 1.0}).set_requires_grad(true);
+  root.backward(seed);
+  EXPECT_THAT(message_of<NumericalError>([&] { root.backward(seed); }),
+              AllOf(HasSubstr("the gradient given to backward() added to the leaf's gradient"),
+                    HasSubstr("the sum overflowed")));
+  EXPECT_EQ(root.grad().to_vector(), std::vector<double>({kept, kept}));
+}
+
+// The SGD update is checked too: a finite parameter and gradient whose update overflows.
+TEST(FiniteCheck, AnSgdUpdateThatOverflowsIsNamed) {
+  Context ctx;
+  ctx.set_check_finite(true);
+  const Tensor w = Tensor::full(ctx, {1}, 3.0e38).set_requires_grad(true).set_name("w");
+  sum(scale(w, 1.0)).backward();  // gradient 1 everywhere
+  EXPECT_THAT(
+      message_of<NumericalError>([&] { sgd_step({w}, -1.0e38); }),
+      AllOf(HasSubstr("op 'sgd_step'"), HasSubstr("the parameter after the update"),
+            HasSubstr("w f32[1]"), HasSubstr("the learning rate times the gradient overflowed")));
 }
 
 TEST(FiniteCheck, ANonFiniteSeedGradientIsNamed) {

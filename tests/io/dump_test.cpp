@@ -245,6 +245,33 @@ TEST_F(DumpTest, ManifestNumbersOutOfRangeLongFileNamesAndDeepNestingAreManifest
                                              HasSubstr("nested more than 64 levels deep")));
 }
 
+// The config's integers are taken as integers in range only: a float there (1e300 for the degree
+// was undefined behaviour in the conversion, 2.9 truncated to 2) or an integer past int is named.
+TEST_F(DumpTest, ConfigIntegersOutOfRangeOrFloatsAreNamed) {
+  auto error = [](const std::function<void(json&)>& edit) {
+    json j = layer_config_json(LayerConfig{});
+    edit(j);
+    std::string message;
+    try {
+      layer_config_from_json(j, "m.json");
+    } catch (const ManifestError& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  EXPECT_EQ(error([](json&) {}), "");
+  EXPECT_THAT(
+      error([](json& j) { j["degree"] = 1e300; }),
+      AllOf(HasSubstr("m.json: config"),
+            HasSubstr("field 'degree' must be an integer in [1, 2147483647], given 1e+300")));
+  EXPECT_THAT(error([](json& j) { j["degree"] = 2.9; }),
+              HasSubstr("field 'degree' must be an integer in [1, 2147483647], given 2.9"));
+  EXPECT_THAT(error([](json& j) { j["layer"] = 4294967296LL; }),
+              HasSubstr("field 'layer' must be an integer in [0, 2147483647], given 4294967296"));
+  EXPECT_THAT(error([](json& j) { j["seed"] = -1.5; }),
+              HasSubstr("field 'seed' must be an integer >= 0, given -1.5"));
+}
+
 TEST_F(DumpTest, ABadNpyFileIsNamedWithItsTensor) {
   const std::string d = write_sample("two", 2);
   std::ofstream(d + "/bias.npy", std::ios::binary | std::ios::trunc) << "garbage";

@@ -205,6 +205,11 @@ TEST_F(NpyTest, RejectsShapesTooLargeAndHeaderLengthsPastTheFile) {
   EXPECT_THAT(read_error(huge), AllOf(HasSubstr("shape [4611686018427387904, 2, 0] of u8"),
                                       HasSubstr("its byte size overflows 64 bits")));
   EXPECT_THROW(decode_npy(huge, ctx_, "huge.npy"), NpyError);
+  // The same with the zero dim first: the rule counts the non-zero dims wherever the zero stands
+  // (an empty tensor's strides are products of its other dims).
+  const std::string zero_first = npy_file(
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (0, 4611686018427387904, 2), }", "");
+  EXPECT_THAT(read_error(zero_first), HasSubstr("its byte size overflows 64 bits"));
 
   std::string v2("\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", 20);
   EXPECT_THAT(read_error(v2), AllOf(HasSubstr("truncated header"),

@@ -280,18 +280,25 @@ TEST(FaultInjection, HangAtAnOpNameLeavesTheOthersWaitingAtTheirNextCollective) 
 
 TEST(FaultInjection, AFaultThatNeverFiresIsAnErrorAfterTheRun) {
   // tp issues no all-to-all.
+  // Checked before the launcher's final barrier, so rank 0 fails in that barrier naming rank 1
+  // (instead of going on to report a run that rank 1 fails).
   const Outcome o = run_with_fault(ParallelMode::tp, "rank=1,at=all_to_all", kLongTimeout);
-  ASSERT_EQ(o.errors.size(), 1u);
+  ASSERT_EQ(o.errors.size(), 2u);
   EXPECT_EQ(o.errors[0].rank, 1);
   EXPECT_THAT(o.errors[0].message,
               AllOf(HasSubstr("--inject-fault: rank 1 never reached all_to_all (rank 1 issued "),
                     HasSubstr("(kinds: all_gather, all_reduce"), HasSubstr("matmul")));
+  EXPECT_EQ(o.errors[1].rank, 0);
+  EXPECT_THAT(o.errors[1].message,
+              HasSubstr("rank 1 failed: --inject-fault: rank 1 never reached all_to_all"));
+  EXPECT_LT(o.took_ms, kLongTimeout.count() / 2) << "the barrier must fail at once, not time out";
 }
 
 TEST(FaultInjection, ASizeFaultAtAnOpThatIssuesNoCollectiveNeverFires) {
   const Outcome o =
       run_with_fault(ParallelMode::tp, "rank=1,at=matmul,kind=skip-collective", kLongTimeout);
-  ASSERT_EQ(o.errors.size(), 1u);
+  ASSERT_EQ(o.errors.size(), 2u);
+  EXPECT_EQ(o.errors[0].rank, 1);
   EXPECT_THAT(o.errors[0].message,
               HasSubstr("--inject-fault: rank 1 never reached a collective issued by matmul: "
                         "kind skip-collective acts on collectives"));

@@ -1,7 +1,8 @@
 // RowThreads (autograd/cpu/thread_pool.h), the CPU backend's loop threads: every index of [0, n)
 // is visited exactly once; the chunks depend only on n, grain and the thread count, never on who
 // runs them or on a second caller holding the workers; the first exception reaches the caller and
-// the pool goes on working; several callers at once (ranks as threads) each get their whole loop.
+// the pool goes on working; a call from inside a chunk runs alone; several callers at once (ranks
+// as threads) each get their whole loop.
 // In the threads label, so ThreadSanitizer runs it.
 #include "autograd/cpu/thread_pool.h"
 
@@ -103,6 +104,25 @@ TEST(RowThreads, TheFirstExceptionReachesTheCallerAndThePoolGoesOn) {
   EXPECT_GT(ran.load(), 1) << "the other chunks still run";
   const Chunks after = run_and_collect(pool, 1000, 10);
   EXPECT_FALSE(after.empty());
+}
+
+// A kernel that loops inside a chunk (on the caller, which holds the workers, or on a worker)
+// runs its inner chunks alone: no second lock of the mutex the caller holds, no wait on itself.
+TEST(RowThreads, ACallFromInsideAChunkRunsItsChunksAlone) {
+  RowThreads pool(3);
+  constexpr std::int64_t kOuter = 12, kInner = 1000;
+  std::vector<std::atomic<int>> visits(static_cast<std::size_t>(kOuter * kInner));
+  pool.parallel_for(kOuter, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t o = begin; o < end; ++o) {
+      pool.parallel_for(kInner, 10, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          visits[static_cast<std::size_t>(o * kInner + i)].fetch_add(1);
+        }
+      });
+    }
+  });
+  for (std::size_t i = 0; i < visits.size(); ++i) ASSERT_EQ(visits[i].load(), 1) << "index " << i;
+  EXPECT_EQ(run_and_collect(pool, 1000, 10).size(), 12u) << "the pool works as before after";
 }
 
 // Ranks running as threads share one pool (the CPU backend's): each caller gets its whole loop,
