@@ -28,6 +28,32 @@ TEST(Replay, RefusesATraceWithoutAConfig) {
   }
 }
 
+// Found in review: a config whose integers are floats, or whose keep_gathered_input is not a
+// bool, escaped as a JSON library exception (or an undefined conversion); now named.
+TEST(Replay, RefusesAConfigWithFieldsOfTheWrongType) {
+  TraceFile t = record_run("tp", 2);
+  t.meta.config["keep_gathered_input"] = "yes";
+  try {
+    Replay r(t);
+    FAIL() << "expected TraceFormatError";
+  } catch (const TraceFormatError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("keep_gathered_input must be true or false, given \"yes\""),
+        std::string::npos)
+        << e.what();
+  }
+  t = record_run("tp", 2);
+  t.meta.config["degree"] = 1e300;
+  try {
+    Replay r(t);
+    FAIL() << "expected TraceFormatError";
+  } catch (const TraceFormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'degree' must be an integer in [1, 2147483647]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Replay, StepOpMovesEveryRankByOneOp) {
   Replay r(record_run("tp", 2));
   ASSERT_TRUE(r.step_op());

@@ -28,7 +28,15 @@ Replay::Replay(TraceFile trace) : trace_(std::move(trace)), config_(config_of_tr
   if (trace_.meta.ranks.empty()) {
     throw TraceFormatError(trace_.source + ": the trace names no ranks");
   }
-  keep_gathered_input_ = trace_.meta.config.value("keep_gathered_input", false);
+  if (trace_.meta.config.contains("keep_gathered_input")) {
+    const auto& keep = trace_.meta.config.at("keep_gathered_input");
+    if (!keep.is_boolean()) {
+      throw TraceFormatError(
+          trace_.source + ": otherData.config.keep_gathered_input must be true or false, given " +
+          keep.dump());
+    }
+    keep_gathered_input_ = keep.get<bool>();
+  }
   by_rank_.resize(trace_.meta.ranks.size());
   pos_.assign(trace_.meta.ranks.size(), 0);
   for (std::size_t i = 0; i < trace_.events.size(); ++i) {
