@@ -11,10 +11,16 @@ foreach(part CUDA MPI VIZ)
   set_property(CACHE SHARDSCOPE_${part} PROPERTY STRINGS AUTO ON OFF)
 endforeach()
 
+# ccache with the source tree as its base_dir: paths under it are hashed relative, so every clone
+# (a CI run's fresh clone, a second work tree) shares one cache. hash_dir off for the same reason:
+# debug builds would otherwise hash the build directory. Arguments that name the tree inside a
+# value (-DX="/path") are still hashed whole, so a hit never crosses two different sources.
 find_program(SHARDSCOPE_CCACHE ccache)
 if(SHARDSCOPE_CCACHE)
-  set(CMAKE_CXX_COMPILER_LAUNCHER "${SHARDSCOPE_CCACHE}")
-  set(CMAKE_CUDA_COMPILER_LAUNCHER "${SHARDSCOPE_CCACHE}")
+  set(shardscope_launcher "${CMAKE_COMMAND}" -E env "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}"
+                          CCACHE_NOHASHDIR=1 "${SHARDSCOPE_CCACHE}")
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${shardscope_launcher})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${shardscope_launcher})
 endif()
 
 # shardscope_resolve_part(PART FOUND): turns AUTO into ON/OFF; ON without the dependency fails.
