@@ -4,12 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "apps/check_command.h"
 #include "apps/debug_session.h"
-#include "apps/lab_command.h"
-#include "apps/mlp_ln_command.h"
 #include "apps/report.h"
-#include "apps/run.h"
 #include "apps/run_flags.h"
 #include "autograd/errors.h"
 
@@ -27,7 +23,8 @@ int run_subcommand(const RunOptions& o, std::ostream& out) {
 
 }  // namespace
 
-int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+std::variant<Command, int> parse_command(int argc, const char* const* argv, std::ostream& out,
+                                         std::ostream& err) {
   CLI::App app{"shardscope: tensor parallelism you can step through and check"};
   app.require_subcommand(1);
   RunFlags flags;
@@ -41,12 +38,11 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
       "driven by commands from the terminal or stdin (step, next-collective, continue, break, "
       "where, print, mem, comm, quit)");
   flags.add_to(*debug);
+  Command command;
   MlpLnOptions mlp_ln_options;
   CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
-  CheckOptions check_options;
-  CLI::App* check = add_check_subcommand(app, check_options);
-  LabOptions lab_options;
-  CLI::App* lab = add_lab_subcommand(app, lab_options);
+  CLI::App* check = add_check_subcommand(app, command.check);
+  CLI::App* lab = add_lab_subcommand(app, command.lab);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -61,20 +57,39 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
         << "--help)\n";
     return 2;
   }
-  if (mlp_ln->parsed()) return mlp_ln_main(mlp_ln_options, out, err);
-  if (check->parsed()) return check_main(check_options, out, err);
-  if (lab->parsed()) return lab_main(lab_options, out, err);
-  RunOptions options;
   try {  // flag values and their rules: exit 2
-    options = flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);
+    if (run->parsed() || debug->parsed()) {
+      command.name = run->parsed() ? Command::Name::run : Command::Name::debug;
+      command.run = flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);
+    } else if (mlp_ln->parsed()) {
+      command.name = Command::Name::mlp_ln;
+      command.mlp_ln = parse_mlp_ln_flags(mlp_ln_options);
+    } else {
+      command.name = check->parsed() ? Command::Name::check : Command::Name::lab;
+    }
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
     return 2;
   }
+  return command;
+}
+
+int run_command(const Command& command, std::ostream& out, std::ostream& err) {
+  switch (command.name) {
+    case Command::Name::mlp_ln:
+      return mlp_ln_main(command.mlp_ln, out, err);
+    case Command::Name::check:
+      return check_main(command.check, out, err);
+    case Command::Name::lab:
+      return lab_main(command.lab, out, err);
+    case Command::Name::run:
+    case Command::Name::debug:
+      break;
+  }
   try {  // the run itself: exit 1 (2 for a launch the flags made impossible, such as the
          // wrong number of MPI processes; rank failures arrive as SpmdError)
-    if (run->parsed()) return run_subcommand(options, out);
-    if (debug->parsed()) return debug_main(options, std::cin, out);
+    if (command.name == Command::Name::run) return run_subcommand(command.run, out);
+    return debug_main(command.run, std::cin, out);
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";
     return 2;
@@ -82,7 +97,12 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     err << "shardscope: error: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+}
+
+int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  std::variant<Command, int> parsed = parse_command(argc, argv, out, err);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  return run_command(std::get<Command>(parsed), out, err);
 }
 
 }  // namespace shardscope

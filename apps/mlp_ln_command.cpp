@@ -12,40 +12,13 @@
 namespace shardscope {
 namespace {
 
-struct ParsedFlags {
-  MlpLnConfig config;
-  std::vector<ShardedNorm> norms;
-  CommKind comm = CommKind::threads;
-};
-
-// Throws ArgumentError naming the flag and the rule.
-ParsedFlags parse_flags(const MlpLnOptions& o) {
-  ParsedFlags p;
-  p.config = o.config;
-  if (o.dtype == "f32") {
-    p.config.dtype = DType::f32;
-  } else if (o.dtype == "f64") {
-    p.config.dtype = DType::f64;
-  } else {
-    throw ArgumentError("--dtype " + o.dtype + " is not supported: expected f32 or f64");
-  }
-  if (o.norm == "exact" || o.norm == "both") p.norms.push_back(ShardedNorm::exact);
-  if (o.norm == "local" || o.norm == "both") p.norms.push_back(ShardedNorm::local);
-  if (p.norms.empty()) {
-    throw ArgumentError("--norm " + o.norm + " is not a LayerNorm: expected exact, local or both");
-  }
-  p.comm = parse_comm_kind(o.comm);
-  p.config.validate();
-  return p;
-}
-
 std::string sci(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2e", v);
   return text;
 }
 
-void print_header(const ParsedFlags& p, std::ostream& out) {
+void print_header(const MlpLnFlags& p, std::ostream& out) {
   const MlpLnConfig& c = p.config;
   out << "shardscope mlp-ln: Linear (column) -> LayerNorm over f -> Linear (row), degree "
       << c.degree << " (" << comm_kind_name(p.comm) << "), s=" << c.seq << " b=" << c.batch
@@ -94,7 +67,7 @@ bool print_verdict(const MlpLnComparison& r, const MlpLnConfig& c, std::ostream&
 }
 
 // Runs every rank for one norm; returns rank 0's comparison (empty lists on other MPI ranks).
-MlpLnComparison run_norm(const ParsedFlags& p, ShardedNorm norm, bool& have_rank0) {
+MlpLnComparison run_norm(const MlpLnFlags& p, ShardedNorm norm, bool& have_rank0) {
   SpmdOptions spmd;
   spmd.comm = p.comm;
   std::mutex mutex;
@@ -134,14 +107,27 @@ CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& o) {
   return cmd;
 }
 
-int mlp_ln_main(const MlpLnOptions& options, std::ostream& out, std::ostream& err) {
-  ParsedFlags p;
-  try {  // flag values and their rules: exit 2
-    p = parse_flags(options);
-  } catch (const ArgumentError& e) {
-    err << "shardscope: " << e.what() << "\n";
-    return 2;
+MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& o) {
+  MlpLnFlags p;
+  p.config = o.config;
+  if (o.dtype == "f32") {
+    p.config.dtype = DType::f32;
+  } else if (o.dtype == "f64") {
+    p.config.dtype = DType::f64;
+  } else {
+    throw ArgumentError("--dtype " + o.dtype + " is not supported: expected f32 or f64");
   }
+  if (o.norm == "exact" || o.norm == "both") p.norms.push_back(ShardedNorm::exact);
+  if (o.norm == "local" || o.norm == "both") p.norms.push_back(ShardedNorm::local);
+  if (p.norms.empty()) {
+    throw ArgumentError("--norm " + o.norm + " is not a LayerNorm: expected exact, local or both");
+  }
+  p.comm = parse_comm_kind(o.comm);
+  p.config.validate();
+  return p;
+}
+
+int mlp_ln_main(const MlpLnFlags& p, std::ostream& out, std::ostream& err) {
   try {  // the runs: exit 1
     std::vector<MlpLnComparison> results;
     bool have_rank0 = false;

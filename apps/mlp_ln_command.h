@@ -5,6 +5,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "parallel/mlp_ln_block.h"
 
@@ -25,9 +26,19 @@ struct MlpLnOptions {
 // Adds the `mlp-ln` subcommand and its flags to `app`; parsing writes into `options`.
 CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& options);
 
-// Checks the flags (exit 2 with one line on `err` naming the flag and the rule), runs the block
-// for each requested norm and prints the table and the verdicts on `out`. Returns 0; 1 when a
-// run fails; 3 when `exact` does not equal the single-device block.
-int mlp_ln_main(const MlpLnOptions& options, std::ostream& out, std::ostream& err);
+// The flags checked and turned into what the runs take.
+struct MlpLnFlags {
+  MlpLnConfig config;              // with the dtype of --dtype
+  std::vector<ShardedNorm> norms;  // exact, local, or both in that order
+  CommKind comm = CommKind::threads;
+};
+
+// Throws ArgumentError naming the flag and the rule (the command line's exit 2).
+MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& options);
+
+// Runs the block for each requested norm and prints the table and the verdicts on `out`.
+// Returns 0; 1 when a run fails (one line on `err`); 3 when `exact` does not equal the
+// single-device block.
+int mlp_ln_main(const MlpLnFlags& flags, std::ostream& out, std::ostream& err);
 
 }  // namespace shardscope

@@ -1,26 +1,21 @@
 // Fuzz target: the shardscope command line's parsing, without running anything. The input is
-// split at whitespace into argv ("run --mode tp --degree 2"); the target builds the same CLI11
-// app as cli_main (apps/cli.cpp: run, debug, mlp-ln, check and lab with their flags), parses,
-// and then checks the flags the way each subcommand does before it starts: RunFlags::resolve
-// (with RunOptions::validate and the layer's rules) for run and debug, MlpLnConfig::validate and
-// the --comm name for mlp-ln. It never calls cli_main itself: that would start SPMD jobs (run,
-// debug, mlp-ln), read dump folders (check) or run CMake (lab).
-// Properties: bad flags are a CLI::ParseError or an ArgumentError (what cli_main turns into
-// exit 2); any other exception, a crash or undefined behaviour is a bug.
-#include <CLI/CLI.hpp>
+// split at whitespace into argv ("run --mode tp --degree 2") and handed to parse_command
+// (apps/cli.h), the first half of cli_main: the CLI11 app with every subcommand and its flags,
+// then the chosen subcommand's checks (RunFlags::resolve with RunOptions::validate and the
+// layer's rules for run and debug, parse_mlp_ln_flags for mlp-ln). The second half, run_command,
+// would start SPMD jobs, read dump folders or run CMake, and is never called.
+// Properties: parse_command returns a Command, or 0 after --help with nothing on err, or 2 with
+// the 'shardscope: ...' line naming the flag; any exception, a crash or undefined behaviour is a
+// bug.
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "apps/check_command.h"
-#include "apps/lab_command.h"
-#include "apps/mlp_ln_command.h"
-#include "apps/run_flags.h"
-#include "autograd/errors.h"
+#include "apps/cli.h"
 #include "fuzz/fuzz_support.h"
-#include "parallel/spmd.h"
 
 namespace shardscope::fuzz {
 namespace {
@@ -36,39 +31,18 @@ std::vector<std::string> split_args(const std::string& text) {
 }
 
 void parse_and_check(const std::vector<std::string>& args) {
-  CLI::App app{"shardscope"};
-  app.require_subcommand(1);
-  RunFlags flags;
-  CLI::App* run = app.add_subcommand("run", "");
-  flags.add_to(*run);
-  CLI::App* debug = app.add_subcommand("debug", "");
-  flags.add_to(*debug);
-  MlpLnOptions mlp_ln_options;
-  CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
-  CheckOptions check_options;
-  add_check_subcommand(app, check_options);
-  LabOptions lab_options;
-  add_lab_subcommand(app, lab_options);
-
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    std::ostringstream out, err;
-    app.exit(e, out, err);  // the help text or the error line, as cli_main prints them
-    return;
-  }
-  try {
-    if (mlp_ln->parsed()) {
-      mlp_ln_options.config.validate();
-      parse_comm_kind(mlp_ln_options.comm);
-    }
-    if (run->parsed() || debug->parsed()) {
-      flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);
-    }
-  } catch (const ArgumentError&) {
-  }
+  std::ostringstream out, err;
+  const std::variant<Command, int> parsed =
+      parse_command(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int* exit_code = std::get_if<int>(&parsed);
+  if (exit_code == nullptr) return;
+  const std::string e = err.str();
+  if (*exit_code == 0 && e.empty()) return;  // --help
+  if (*exit_code == 2 && e.rfind("shardscope: ", 0) == 0 && e.back() == '\n') return;
+  broken("parse_command returned " + std::to_string(*exit_code) + " with '" + e +
+         "' on err: expected 0 (help) with nothing, or 2 with 'shardscope: ...' naming the flag");
 }
 
 }  // namespace
