@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "apps/run_flags.h"
 #include "autograd/errors.h"
 #include "parallel/spmd.h"
 
@@ -110,13 +111,7 @@ CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& o) {
 MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& o) {
   MlpLnFlags p;
   p.config = o.config;
-  if (o.dtype == "f32") {
-    p.config.dtype = DType::f32;
-  } else if (o.dtype == "f64") {
-    p.config.dtype = DType::f64;
-  } else {
-    throw ArgumentError("--dtype " + o.dtype + " is not supported: expected f32 or f64");
-  }
+  p.config.dtype = parse_dtype(o.dtype);
   if (o.norm == "exact" || o.norm == "both") p.norms.push_back(ShardedNorm::exact);
   if (o.norm == "local" || o.norm == "both") p.norms.push_back(ShardedNorm::local);
   if (p.norms.empty()) {
