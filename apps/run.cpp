@@ -69,10 +69,24 @@ bool ranks_are_processes(CommKind comm) {
   return comm == CommKind::mpi || (comm == CommKind::nccl && launched_by_mpirun());
 }
 
-void print_cuda_banner(std::ostream& out) {
+void print_cuda_banner(CommKind comm, int degree, std::ostream& out) {
   out << "backend cuda:\n";
   print_indented(cuda_device_report(), out);
   print_indented(nccl_version_report(), out);
+  if (comm != CommKind::threads) {
+    out << "  ranks: " << degree << (ranks_are_processes(comm) ? " process(es)" : " thread(s)")
+        << ", a CUDA device each, collectives over NCCL\n";
+    return;
+  }
+  const int devices = cuda_device_count();
+  const std::vector<Device> placed = thread_rank_devices(degree, DeviceKind::cuda, devices);
+  out << "  ranks: " << degree << " thread(s) sharing " << std::min(devices, degree)
+      << " CUDA device(s) (";
+  for (std::size_t r = 0; r < placed.size(); ++r) {
+    out << (r ? ", " : "") << "rank " << r << " on " << placed[r].str();
+  }
+  out << "), collectives over ThreadComm staged through host memory"
+      << (devices < degree ? " (fewer CUDA devices than ranks)" : "") << "\n";
 }
 
 void RunOptions::validate() const {
@@ -91,10 +105,11 @@ void RunOptions::validate() const {
   }
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
   if (fault) check_fault_plan(*fault, spec.layer.degree, check_calls);
-  // ThreadComm and MpiComm move host memory, NcclComm device memory.
-  if (backend == DeviceKind::cuda && comm != CommKind::nccl) {
-    throw ArgumentError(std::string("--backend cuda needs --comm nccl: --comm ") +
-                        comm_kind_name(comm) + " moves host memory (it runs with --backend cpu)");
+  // MpiComm moves host memory, NcclComm device memory; ThreadComm stages device buffers.
+  if (backend == DeviceKind::cuda && comm == CommKind::mpi) {
+    throw ArgumentError(
+        "--backend cuda runs with --comm nccl (a CUDA device per rank) or --comm threads (ranks "
+        "sharing the devices); --comm mpi moves host memory (it runs with --backend cpu)");
   }
   if (backend == DeviceKind::cpu && comm == CommKind::nccl) {
     throw ArgumentError("--comm nccl moves CUDA device memory: it needs --backend cuda");
@@ -153,16 +168,26 @@ void write_mpi_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
   options.validate();
   if (options.backend == DeviceKind::cuda && !launched_by_mpirun()) {
-    // run_spmd checks too, but names --comm nccl only; this names the flag that was given.
-    const CudaDeviceCount found = count_cuda_devices();
-    if (found.count < options.spec.layer.degree) {
+    // run_spmd checks too, but names the library's fields; this names the flags that were given.
+    const bool nccl = options.comm == CommKind::nccl;
+    CudaDeviceCount found;
+    if (nccl) {
+      found = count_cuda_devices();
+    } else {
+      found.count = cuda_device_count(&found.why_none);
+    }
+    const int needed = nccl ? options.spec.layer.degree : 1;
+    if (found.count < needed) {
       throw ArgumentError(too_few_devices_message(
-          "--backend cuda (--comm nccl, one thread per device)", options.spec.layer.degree, found));
+          nccl ? "--backend cuda --comm nccl (one thread per device)"
+               : "--backend cuda --comm threads (ranks sharing the devices)",
+          needed, found));
     }
   }
   const LayerRunSpec spec = spec_with_io(options);
   SpmdOptions spmd;
   spmd.comm = options.comm;
+  spmd.backend = options.backend;
   spmd.timeout = std::chrono::milliseconds(options.timeout_ms);
   spmd.check_calls = options.check_calls;
   spmd.fault = options.fault;
@@ -172,7 +197,9 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   std::unique_ptr<TraceRecorder> recorder = make_recorder(options);
   run_spmd(options.spec.layer.degree, spmd, [&](RankEnv& env) {
     // The devices are known to be there (run_spmd checked); rank 0 names them before it runs.
-    if (env.rank == 0 && options.backend == DeviceKind::cuda) print_cuda_banner(out);
+    if (env.rank == 0 && options.backend == DeviceKind::cuda) {
+      print_cuda_banner(options.comm, options.spec.layer.degree, out);
+    }
     RankRun run;
     {
       std::optional<ObserverGuard> attach;  // the whole rank run is traced

@@ -22,7 +22,7 @@ struct RunOptions {
   }
   LayerRunSpec spec;
   CommKind comm = CommKind::threads;
-  DeviceKind backend = DeviceKind::cpu;  // cuda goes with comm nccl (resolve_comm_and_backend)
+  DeviceKind backend = DeviceKind::cpu;  // cuda: comm nccl or threads (resolve_comm_and_backend)
   bool check_calls = true;               // nccl: the host-side check before every NCCL call
   int timeout_ms = 10000;
   std::string report_path;  // empty: no JSON report
@@ -42,8 +42,10 @@ const char* backend_name(DeviceKind kind);  // "cpu", "cuda"
 // Whether each rank of this run is a process of its own (--comm mpi, or nccl under mpirun).
 bool ranks_are_processes(CommKind comm);
 
-// For --backend cuda: the devices, driver, runtime, cuBLAS and NCCL versions, one per line.
-void print_cuda_banner(std::ostream& out);
+// For --backend cuda: the devices, driver, runtime, cuBLAS and NCCL versions, one per line, and
+// where the `degree` ranks run: a device each over NCCL, or threads sharing the devices with their
+// collectives staged through host memory.
+void print_cuda_banner(CommKind comm, int degree, std::ostream& out);
 
 struct RunResult {
   RankRun rank0;                   // steps, comm and check of rank 0

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 
 namespace shardscope {
@@ -14,11 +15,13 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   LayerConfig& c = o.spec.layer;
   run.add_option("--mode", text.mode, "single, tp, tp-sp or ulysses")->capture_default_str();
   run.add_option("--comm", text.comm,
-                 "threads (ranks are threads, the default), mpi (ranks are processes, under "
-                 "mpirun) or nccl (ranks own CUDA devices: a thread per device, or a process per "
-                 "device under mpirun; the default with --backend cuda)");
+                 "threads (ranks are threads, the default; with --backend cuda they share the "
+                 "GPUs and their collectives are staged through host memory), mpi (ranks are "
+                 "processes, under mpirun; cpu only) or nccl (ranks own CUDA devices: a thread per "
+                 "device, or a process per device under mpirun)");
   run.add_option("--backend", text.backend,
-                 "cpu (the default) or cuda (needs --comm nccl, which it implies)");
+                 "cpu (the default) or cuda (implies --comm nccl when there is a GPU per rank or "
+                 "under mpirun, else --comm threads)");
   run.add_flag("--no-call-check", text.no_call_check,
                "nccl: skip the host-side exchange before every NCCL call that checks every rank "
                "issues the same collective");
@@ -65,12 +68,21 @@ DType parse_dtype(const std::string& name) {
   throw ArgumentError("--dtype " + name + " is not supported: expected f32 or f64");
 }
 
+CommKind default_cuda_comm(int degree, int devices, bool nccl_built, bool under_mpirun) {
+  if (under_mpirun) return CommKind::nccl;
+  return nccl_built && devices >= degree ? CommKind::nccl : CommKind::threads;
+}
+
 void resolve_comm_and_backend(const std::string& comm, const std::string& backend, RunOptions& o) {
   const bool comm_given = !comm.empty(), backend_given = !backend.empty();
   o.backend = backend_given ? parse_backend(backend) : DeviceKind::cpu;
   o.comm = comm_given ? parse_comm_kind(comm) : CommKind::threads;
   if (!backend_given && o.comm == CommKind::nccl) o.backend = DeviceKind::cuda;
-  if (!comm_given && o.backend == DeviceKind::cuda) o.comm = CommKind::nccl;
+  if (!comm_given && o.backend == DeviceKind::cuda) {
+    const bool under_mpirun = launched_by_mpirun();
+    o.comm = default_cuda_comm(o.spec.layer.degree, under_mpirun ? 0 : cuda_device_count(),
+                               nccl_available(), under_mpirun);
+  }
 }
 
 bool RunFlags::is_run_flag(const std::string& name) {

@@ -14,8 +14,9 @@ namespace shardscope {
 struct RunFlags {
   RunOptions options;
   std::string mode = "single", dtype = "f32";
-  // Empty when not given: --backend cuda then implies --comm nccl and --comm nccl implies
-  // --backend cuda; otherwise cpu and threads.
+  // Empty when not given: --comm nccl implies --backend cuda, and --backend cuda implies --comm
+  // nccl when every rank can have a CUDA device of its own (or under mpirun), else --comm threads
+  // (the ranks share the devices); otherwise cpu and threads.
   std::string comm, backend;
   bool no_check = false, no_call_check = false;
   std::optional<std::string> inject_fault;  // the text of --inject-fault, when given
@@ -32,9 +33,14 @@ struct RunFlags {
 
 DType parse_dtype(const std::string& name);  // "f32" or "f64", else ArgumentError
 // The communicator and backend of a run from --comm and --backend (either may be empty: not
-// given): cuda implies nccl and nccl cuda, else cpu and threads. RunOptions::validate refuses the
-// pairs that cannot work. Unknown names are ArgumentErrors naming the accepted values.
+// given): nccl implies cuda; cuda implies default_cuda_comm's choice; else cpu and threads.
+// RunOptions::validate refuses the pairs that cannot work. Unknown names are ArgumentErrors naming
+// the accepted values. Counts the CUDA devices only when --backend cuda comes without --comm.
 void resolve_comm_and_backend(const std::string& comm, const std::string& backend,
                               RunOptions& options);
+// The communicator of --backend cuda without --comm: nccl under mpirun (a process per device) or
+// when this build has NCCL and `devices` >= `degree` (a device per rank); otherwise threads, the
+// ranks sharing the devices with their collectives staged through host memory.
+CommKind default_cuda_comm(int degree, int devices, bool nccl_built, bool under_mpirun);
 
 }  // namespace shardscope

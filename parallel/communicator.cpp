@@ -46,6 +46,26 @@ void Communicator::recv(void* /*data*/, std::size_t bytes, int peer) {
                       " communicator has no point-to-point recv (ranks as threads have one)");
 }
 
+std::int64_t send_elements(const CollectiveCall& call, int /*size*/) {
+  return call.kind == CollectiveKind::barrier ? 0 : call.count;
+}
+
+std::int64_t recv_elements(const CollectiveCall& call, int size) {
+  switch (call.kind) {
+    case CollectiveKind::all_gather:
+      return call.count * size;
+    case CollectiveKind::reduce_scatter:
+      return call.count / size;
+    case CollectiveKind::barrier:
+      return 0;
+    case CollectiveKind::all_reduce:
+    case CollectiveKind::all_to_all:
+    case CollectiveKind::broadcast:
+      break;
+  }
+  return call.count;
+}
+
 void validate_call(const CollectiveCall& call, int size, int rank) {
   auto fail = [&](const std::string& why) {
     throw ArgumentError("rank " + std::to_string(rank) + ": " + call.str() + ": " + why);

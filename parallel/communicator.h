@@ -81,6 +81,11 @@ class Communicator {
   virtual void recv(void* data, std::size_t bytes, int peer);
 };
 
+// Elements of this rank's send and recv buffers for `call` in a group of `size` ranks (the table
+// above): what a collective reads and writes.
+std::int64_t send_elements(const CollectiveCall& call, int size);
+std::int64_t recv_elements(const CollectiveCall& call, int size);
+
 // Checks that `call` is well formed for a group of `size` ranks (count divisible by size where
 // the kind needs it, a valid root, a floating dtype for reductions); throws ArgumentError.
 void validate_call(const CollectiveCall& call, int size, int rank);

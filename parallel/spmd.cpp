@@ -9,6 +9,8 @@
 #include <optional>
 #include <thread>
 
+#include "autograd/cuda/cuda_backend.h"
+#include "parallel/host_staging_comm.h"
 #include "parallel/spmd_launch.h"
 #include "parallel/thread_comm.h"
 
@@ -161,8 +163,25 @@ void run_process_rank(Communicator& comm, Device device, const RankFn& fn,
   }
 }
 
+std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int device_count,
+                                        const std::string& why_none) {
+  if (backend == DeviceKind::cpu) return std::vector<Device>(static_cast<std::size_t>(world));
+  if (device_count < 1) {
+    throw ArgumentError("backend cuda with ranks as threads needs a CUDA device, found 0" +
+                        (why_none.empty() ? std::string() : " (" + why_none + ")"));
+  }
+  std::vector<Device> devices;
+  for (int r = 0; r < world; ++r) devices.push_back(Device::cuda(r % device_count));
+  return devices;
+}
+
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   if (world < 1) throw ArgumentError("--degree must be >= 1, given " + std::to_string(world));
+  if (options.backend == DeviceKind::cuda && options.comm == CommKind::mpi) {
+    throw ArgumentError(
+        "backend cuda with comm mpi: MPI moves host memory; use comm nccl (a device per rank) or "
+        "threads (ranks sharing the devices)");
+  }
   if (options.fault) check_fault_plan(*options.fault, world, options.check_calls);
   switch (options.comm) {
     case CommKind::mpi:
@@ -186,9 +205,19 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   }
   ThreadCommOptions comm_options;
   comm_options.timeout = options.timeout;
+  std::vector<Device> devices;
+  if (options.backend == DeviceKind::cuda) {
+    std::string why_none;
+    const int count = cuda_device_count(&why_none);
+    devices = thread_rank_devices(world, options.backend, count, why_none);
+  } else {
+    devices = thread_rank_devices(world, options.backend, 0);
+  }
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
-  run_thread_ranks(comms, std::vector<Device>(static_cast<std::size_t>(world), Device::cpu()), fn,
-                   options);
+  if (options.backend != DeviceKind::cpu) {
+    for (auto& comm : comms) comm = make_host_staging_comm(std::move(comm));
+  }
+  run_thread_ranks(comms, devices, fn, options);
 }
 
 }  // namespace shardscope

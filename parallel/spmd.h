@@ -28,6 +28,10 @@ CommKind parse_comm_kind(const std::string& name);
 bool mpi_available();
 // True when this build has NcclComm (the CUDA toolkit with NCCL was found).
 bool nccl_available();
+// The devices of ranks 0..world-1 run as threads on `backend` with `device_count` visible CUDA
+// devices: all cpu, or rank r on cuda:(r mod device_count). ArgumentError when cuda has no device.
+std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int device_count,
+                                        const std::string& why_none = {});
 // True when this process was started by mpirun / mpiexec (Open MPI, MPICH, PMIx environments).
 bool launched_by_mpirun();
 
@@ -43,6 +47,11 @@ using RankFn = std::function<void(RankEnv&)>;
 
 struct SpmdOptions {
   CommKind comm = CommKind::threads;
+  // Where the ranks' tensors live. cpu: every launcher. cuda: comm nccl (a device per rank), or
+  // comm threads, where the ranks are threads sharing the visible devices (rank r on device
+  // r mod count, so one GPU serves every rank) and their collectives are staged through host
+  // memory (host_staging_comm.h). comm mpi takes cpu only; comm nccl is cuda whatever this says.
+  DeviceKind backend = DeviceKind::cpu;
   std::chrono::milliseconds timeout{
       10000};  // threads, nccl threads: the wait limit of a collective
   // nccl: the host-side exchange before every NCCL call that checks every rank issues the same
@@ -68,12 +77,13 @@ class SpmdError : public Error {
 };
 
 // Threads: `world` ranks, each ending with a barrier so a rank that returns while another waits in
-// a collective is an error at once. MPI: `world` must equal the MPI world size and this process
-// runs its own rank only; there a failing rank calls MPI_Abort, which ends every process of the
-// job with the rank's message (the one place the library ends the process: an MPI job cannot
-// recover a failed rank). NCCL: under mpirun as MPI (one process per device, the device being the
-// process's rank on its node modulo the node's devices), otherwise as threads on devices
-// 0..world-1. Launch errors come before any rank starts, as ArgumentError: too few CUDA devices
+// a collective is an error at once; with backend cuda they share the devices (see SpmdOptions).
+// MPI: `world` must equal the MPI world size and this process runs its own rank only; there a
+// failing rank calls MPI_Abort, which ends every process of the job with the rank's message (the
+// one place the library ends the process: an MPI job cannot recover a failed rank). NCCL: under
+// mpirun as MPI (one process per device, the device being the process's rank on its node modulo the
+// node's devices), otherwise as threads on devices 0..world-1. Launch errors come before any rank
+// starts, as ArgumentError: too few CUDA devices
 // ("--comm nccl needs 4 CUDA devices, found 0 (...)"), a build without MPI or NCCL, a wrong process
 // count.
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn);

@@ -277,19 +277,6 @@ void ThreadGroup::reduce_range(const CollectiveCall& call, std::size_t begin, st
   }
 }
 
-std::size_t output_elements(const CollectiveCall& call, int size) {
-  switch (call.kind) {
-    case CollectiveKind::all_gather:
-      return static_cast<std::size_t>(call.count) * size;
-    case CollectiveKind::reduce_scatter:
-      return static_cast<std::size_t>(call.count / size);
-    case CollectiveKind::barrier:
-      return 0;
-    default:
-      return static_cast<std::size_t>(call.count);
-  }
-}
-
 void ThreadGroup::run(int rank, const CollectiveCall& call, const void* send, void* recv) {
   validate_call(call, size_, rank);
   const auto u = static_cast<std::size_t>(rank);
@@ -297,7 +284,8 @@ void ThreadGroup::run(int rank, const CollectiveCall& call, const void* send, vo
   // Allocated before arriving, so nothing between arriving and departing can throw. A split
   // all_reduce needs none (see kSplitAllReduceBytes).
   const bool split = split_all_reduce(call);
-  const std::size_t out_bytes = output_elements(call, size_) * dtype_size(call.dtype);
+  const auto out_bytes =
+      static_cast<std::size_t>(recv_elements(call, size_)) * dtype_size(call.dtype);
   std::vector<unsigned char> staging(recv == send && !split ? out_bytes : 0);
   void* out = staging.empty() ? recv : static_cast<void*>(staging.data());
   std::string description = call.str();

@@ -74,14 +74,12 @@ inline std::string missing_devices(TestBackend backend, int needed = 1) {
   return found >= needed ? "" : too_few_devices(needed, found, why);
 }
 
-// The same for a parallel run on `degree` ranks: on cuda that is --comm nccl, one thread per
-// device, so NCCL must be built too (count_cuda_devices says "this build has no NCCL" otherwise).
-// Only the parallel tests call it, so the autograd tests need not link shardscope_parallel.
-inline std::string missing_for_ranks(TestBackend backend, int degree) {
-  const std::string missing = missing_devices(backend, degree);
-  if (!missing.empty() || backend == TestBackend::cpu) return missing;
-  const CudaDeviceCount found = count_cuda_devices();
-  return found.count >= degree ? "" : too_few_devices(degree, found.count, found.why_none);
+// The same for a parallel run on `degree` ranks: on cuda they are threads sharing the visible
+// devices (rank r on cuda:(r mod count)) with their collectives staged through host memory
+// (parallel/host_staging_comm.h), so one CUDA device serves any degree. Only tests/nccl needs a
+// device per rank (tests/nccl/nccl_testing.h).
+inline std::string missing_for_ranks(TestBackend backend, int /*degree*/) {
+  return missing_devices(backend, 1);
 }
 
 // Skips the current test (from SetUp or the body) when `missing` is not empty.

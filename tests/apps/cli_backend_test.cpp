@@ -1,8 +1,9 @@
 // End-to-end: `shardscope run --backend` and `--comm nccl`. Flags that cannot work together and
 // unknown names exit 2 with one line naming the accepted values or the flag to change. On a
 // machine with too few CUDA devices (this test asks the CUDA runtime itself, so it knows which case
-// it is in) a CUDA run exits 2 with one line saying how many devices it needs and found, and why;
-// with enough devices it runs, prints the backend banner and passes its check.
+// it is in) a CUDA run exits 2 with one line saying how many devices it needs and found, and why:
+// a device per rank for --comm nccl, one for ranks as threads sharing it; with enough devices it
+// runs, prints the backend banner with where the ranks run, and passes its check.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -36,8 +37,7 @@ TEST(CliBackend, UnknownOrIncompatibleChoicesExit2WithOneLine) {
   };
   const Case cases[] = {
       {"run --backend bogus", "--backend bogus is not a backend: expected cpu or cuda"},
-      {"run --backend cuda --comm threads", "--backend cuda needs --comm nccl"},
-      {"run --backend cuda --comm mpi", "--backend cuda needs --comm nccl"},
+      {"run --backend cuda --comm mpi", "--backend cuda runs with --comm nccl"},
       {"run --backend cpu --comm nccl", "--comm nccl moves CUDA device memory"},
       {"run --comm smoke-signals", "expected threads, mpi or nccl"},
       {"run --no-call-check", "--no-call-check applies to --comm nccl"},
@@ -52,24 +52,30 @@ TEST(CliBackend, UnknownOrIncompatibleChoicesExit2WithOneLine) {
   }
 }
 
-// `run --backend cuda` (one device) and `run --comm nccl --degree 2` (two): a clear launch error
-// where the devices are missing, a checked run where they are there.
+// `run --backend cuda` at degrees 1 and 4 and `--comm threads` at degree 2 (one device: the ranks
+// share it) and `run --comm nccl --degree 2` (two): a clear launch error where the devices are
+// missing, a checked run where they are there.
 TEST(CliBackend, CudaRunsNeedTheirDevices) {
   const shardscope::CudaDeviceCount found = shardscope::count_cuda_devices();
   struct Case {
     std::string args;
     int devices;
+    const char* launch;  // how the launch error names the run
   };
   const Case cases[] = {
-      {std::string("run --backend cuda") + kSmall, 1},
-      {std::string("run --comm nccl --mode tp --degree 2") + kSmall, 2},
-      {std::string("run --backend cuda --comm nccl --mode ulysses --degree 2") + kSmall, 2},
+      {std::string("run --backend cuda") + kSmall, 1, "--backend cuda --comm "},
+      {std::string("run --backend cuda --mode tp-sp --degree 4") + kSmall, 1,
+       "--backend cuda --comm "},
+      {std::string("run --backend cuda --comm threads --mode ulysses --degree 2") + kSmall, 1,
+       "--backend cuda --comm threads (ranks sharing the devices)"},
+      {std::string("run --comm nccl --mode tp --degree 2") + kSmall, 2,
+       "--backend cuda --comm nccl (one thread per device)"},
   };
   for (const Case& c : cases) {
     const Result r = run_cli(c.args);
     if (found.count < c.devices) {
       EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
-      EXPECT_THAT(r.output, StartsWith("shardscope: --backend cuda (--comm nccl"));
+      EXPECT_THAT(r.output, StartsWith(std::string("shardscope: ") + c.launch)) << c.args;
       EXPECT_THAT(r.output, HasSubstr("needs " + std::to_string(c.devices) + " CUDA device"));
       EXPECT_THAT(r.output, HasSubstr("found " + std::to_string(found.count)));
       if (found.count == 0) {
@@ -80,6 +86,7 @@ TEST(CliBackend, CudaRunsNeedTheirDevices) {
       EXPECT_EQ(r.exit_code, 0) << c.args << "\n" << r.output;
       EXPECT_THAT(r.output, StartsWith("backend cuda:\n"));
       EXPECT_THAT(r.output, HasSubstr("NCCL "));
+      EXPECT_THAT(r.output, HasSubstr("  ranks: "));
       EXPECT_THAT(r.output, HasSubstr("backend cuda\n"));  // the end of the run's header line
       EXPECT_THAT(r.output, HasSubstr("match"));
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/cli.h"
+#include "apps/run_flags.h"
 
 namespace shardscope {
 namespace {
@@ -92,6 +93,18 @@ TEST(ParseCommand, BadFlagsAndValuesAreExitTwoWithOneLineNamingThem) {
     EXPECT_EQ(p.err.find('\n'), p.err.size() - 1) << p.err;
     EXPECT_TRUE(p.out.empty()) << p.out;
   }
+}
+
+// --backend cuda without --comm: NCCL where every rank can have a device of its own (or under
+// mpirun, a process per device), else threads sharing the devices.
+TEST(DefaultCudaComm, NcclWithADevicePerRankElseThreadsSharingThem) {
+  EXPECT_EQ(default_cuda_comm(1, 1, true, false), CommKind::nccl);
+  EXPECT_EQ(default_cuda_comm(4, 4, true, false), CommKind::nccl);
+  EXPECT_EQ(default_cuda_comm(4, 8, true, false), CommKind::nccl);
+  EXPECT_EQ(default_cuda_comm(4, 1, true, false), CommKind::threads);
+  EXPECT_EQ(default_cuda_comm(2, 0, true, false), CommKind::threads);
+  EXPECT_EQ(default_cuda_comm(2, 2, false, false), CommKind::threads);  // a build without NCCL
+  EXPECT_EQ(default_cuda_comm(4, 0, true, true), CommKind::nccl);
 }
 
 }  // namespace

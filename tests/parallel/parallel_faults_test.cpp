@@ -1,17 +1,32 @@
 // Faults in a parallel layer run: a rank that throws mid-forward, and ranks whose layers issue
 // different collectives, end within the timeout with an error on every rank that names the ranks
-// and the ops involved. Never a hang.
+// and the ops involved. Never a hang. On every backend: the cuda instances run the ranks as threads
+// sharing the CUDA devices, their collectives staged through host memory.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 
 #include "parallel/layer_run.h"
+#include "tests/backend_testing.h"
 
 namespace shardscope {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::TestBackend;
+
+SpmdOptions options_for(TestBackend backend) {
+  SpmdOptions options;
+  options.backend = backend == TestBackend::cuda ? DeviceKind::cuda : DeviceKind::cpu;
+  options.timeout = std::chrono::milliseconds(5000);
+  return options;
+}
+
+class ParallelFaults : public ::testing::TestWithParam<TestBackend> {
+ protected:
+  void SetUp() override { SHARDSCOPE_SKIP_IF_MISSING(testing::missing_for_ranks(GetParam(), 4)); }
+};
 
 // Throws when rank `rank` reaches a forward op of kind `op`.
 class ThrowAtOp final : public Observer {
@@ -40,10 +55,9 @@ LayerRunSpec spec_for(ParallelMode mode) {
   return spec;
 }
 
-TEST(ParallelFaults, ARankThatThrowsMidForwardFailsEveryRankQuickly) {
+TEST_P(ParallelFaults, ARankThatThrowsMidForwardFailsEveryRankQuickly) {
   for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
-    SpmdOptions options;
-    options.timeout = std::chrono::milliseconds(5000);
+    const SpmdOptions options = options_for(GetParam());
     const auto start = std::chrono::steady_clock::now();
     try {
       run_spmd(4, options, [&](RankEnv& env) {
@@ -66,9 +80,8 @@ TEST(ParallelFaults, ARankThatThrowsMidForwardFailsEveryRankQuickly) {
   }
 }
 
-TEST(ParallelFaults, RanksRunningDifferentModesReportEachRanksCall) {
-  SpmdOptions options;
-  options.timeout = std::chrono::milliseconds(5000);
+TEST_P(ParallelFaults, RanksRunningDifferentModesReportEachRanksCall) {
+  const SpmdOptions options = options_for(GetParam());
   try {
     run_spmd(2, options, [&](RankEnv& env) {
       LayerRunSpec spec = spec_for(env.rank == 0 ? ParallelMode::tp : ParallelMode::tp_sp);
@@ -86,6 +99,8 @@ TEST(ParallelFaults, RanksRunningDifferentModesReportEachRanksCall) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ParallelFaults, testing::all_backends(), testing::BackendName());
 
 }  // namespace
 }  // namespace shardscope

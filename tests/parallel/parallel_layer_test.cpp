@@ -1,8 +1,9 @@
 // Every parallel mode against the single-device layer: output, input gradient and every
 // parameter gradient (the reference check), saved activation bytes against the mode's formula
 // term by term, and the collectives against the communication model, at several degrees, on every
-// backend: cpu runs the ranks as threads (ThreadComm), cuda as one thread per device over NCCL
-// (the cuda instances skip, naming what is missing, with fewer CUDA devices than the degree).
+// backend: the ranks are threads over ThreadComm, on the CPU or sharing the CUDA devices with their
+// collectives staged through host memory (the cuda instances skip, naming what is missing, without
+// a CUDA device; tests/nccl runs the layer over NCCL, a device per rank).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -41,7 +42,8 @@ std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec, TestBackend backend
   std::vector<RankRun> runs(static_cast<std::size_t>(spec.layer.degree));
   std::mutex mutex;
   SpmdOptions options;
-  options.comm = backend == TestBackend::cuda ? CommKind::nccl : CommKind::threads;
+  options.comm = CommKind::threads;
+  options.backend = backend == TestBackend::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   options.timeout = std::chrono::milliseconds(20000);
   run_spmd(spec.layer.degree, options, [&](RankEnv& env) {
     RankRun run = run_layer_rank(env, spec);
@@ -123,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ParallelModes,
                                             testing::all_backends()),
                          mode_case_name);
 
-// The runs below go up to degree 4: their cuda instances need 4 devices.
+// The runs below go up to degree 4, every rank sharing cuda:0 in the cuda instances.
 class ParallelLayerRuns : public ::testing::TestWithParam<TestBackend> {
  protected:
   void SetUp() override { SHARDSCOPE_SKIP_IF_MISSING(testing::missing_for_ranks(GetParam(), 4)); }
