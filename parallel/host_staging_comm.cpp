@@ -1,7 +1,9 @@
 // HostStagingComm: device buffers copied to host memory, a host collective, the result copied back.
 #include "parallel/host_staging_comm.h"
 
-#include <vector>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
 
 #include "autograd/backend.h"
 #include "autograd/context.h"
@@ -9,6 +11,33 @@
 namespace shardscope {
 
 namespace {
+
+// A grow-only host buffer whose data starts at the same offset modulo 4 KiB as the buffer it is
+// copied from or to: glibc's memcpy runs many times slower for some other distances between source
+// and destination (docs/benchmarks.md), which the CPU backend's calloc'd storage (16 bytes past a
+// page) against a page-aligned buffer hits. Device pointers are page-aligned; harmless there.
+class HostBuffer {
+ public:
+  unsigned char* reserve(std::size_t bytes, const void* partner) {
+    const std::size_t offset = reinterpret_cast<std::uintptr_t>(partner) % kPage;
+    if (bytes + offset > capacity_) {
+      const std::size_t rounded = (bytes + kPage + kPage - 1) / kPage * kPage;
+      void* p = std::aligned_alloc(kPage, rounded);
+      if (p == nullptr) throw std::bad_alloc();
+      data_.reset(static_cast<unsigned char*>(p));
+      capacity_ = rounded;
+    }
+    return data_.get() + offset;
+  }
+
+ private:
+  static constexpr std::size_t kPage = 4096;
+  struct Free {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  std::unique_ptr<unsigned char, Free> data_;
+  std::size_t capacity_ = 0;
+};
 
 class HostStagingComm final : public Communicator {
  public:
@@ -32,25 +61,24 @@ class HostStagingComm final : public Communicator {
     const std::size_t element = dtype_size(call.dtype);
     const auto send_bytes = static_cast<std::size_t>(send_elements(call, size())) * element;
     const auto recv_bytes = static_cast<std::size_t>(recv_elements(call, size())) * element;
-    send_host_.resize(send_bytes);
-    recv_host_.resize(recv_bytes);
-    if (send != nullptr && send_bytes) backend.copy_to_host(send_host_.data(), send, send_bytes);
-    host_->run(call, send_bytes ? send_host_.data() : nullptr,
-               recv_bytes ? recv_host_.data() : nullptr);
-    if (recv != nullptr && recv_bytes) backend.copy_from_host(recv, recv_host_.data(), recv_bytes);
+    unsigned char* send_host = send_bytes ? send_host_.reserve(send_bytes, send) : nullptr;
+    unsigned char* recv_host = recv_bytes ? recv_host_.reserve(recv_bytes, recv) : nullptr;
+    if (send != nullptr && send_host) backend.copy_to_host(send_host, send, send_bytes);
+    host_->run(call, send_host, recv_host);
+    if (recv != nullptr && recv_host) backend.copy_from_host(recv, recv_host, recv_bytes);
   }
 
   void send(const void* data, std::size_t bytes, int peer) override {
     Backend& backend = attached("send");
-    send_host_.resize(bytes);
-    if (bytes) backend.copy_to_host(send_host_.data(), data, bytes);
-    host_->send(send_host_.data(), bytes, peer);
+    unsigned char* host = send_host_.reserve(bytes, data);
+    if (bytes) backend.copy_to_host(host, data, bytes);
+    host_->send(host, bytes, peer);
   }
   void recv(void* data, std::size_t bytes, int peer) override {
     Backend& backend = attached("recv");
-    recv_host_.resize(bytes);
-    host_->recv(recv_host_.data(), bytes, peer);
-    if (bytes) backend.copy_from_host(data, recv_host_.data(), bytes);
+    unsigned char* host = recv_host_.reserve(bytes, data);
+    host_->recv(host, bytes, peer);
+    if (bytes) backend.copy_from_host(data, host, bytes);
   }
 
  private:
@@ -65,7 +93,7 @@ class HostStagingComm final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   Backend* backend_;  // the attached context's; not owned
-  std::vector<unsigned char> send_host_, recv_host_;
+  HostBuffer send_host_, recv_host_;
 };
 
 }  // namespace
