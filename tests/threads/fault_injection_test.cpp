@@ -13,6 +13,7 @@
 
 #include "parallel/layer_run.h"
 #include "parallel/spmd.h"
+#include "tests/backend_testing.h"
 
 namespace shardscope {
 namespace {
@@ -107,9 +108,10 @@ struct Outcome {
   long long took_ms = 0;
 };
 
-// Two ranks run the layer in `mode` (s=8 b=2 h=16 a=2, one step) with `plan` and `timeout`.
+// Two ranks run the layer in `mode` (s=8 b=2 h=16 a=2, one step) with `plan` and `timeout`, on the
+// CPU or sharing the CUDA devices (their collectives staged through host memory).
 Outcome run_with_fault(ParallelMode mode, const std::string& plan,
-                       std::chrono::milliseconds timeout) {
+                       std::chrono::milliseconds timeout, DeviceKind backend = DeviceKind::cpu) {
   LayerRunSpec spec;
   spec.layer.seq = 8;
   spec.layer.batch = 2;
@@ -120,6 +122,7 @@ Outcome run_with_fault(ParallelMode mode, const std::string& plan,
   spec.steps = 1;
   SpmdOptions options;
   options.timeout = timeout;
+  options.backend = backend;
   options.fault = parse_fault_plan(plan);
   Outcome out;
   ::testing::internal::CaptureStderr();
@@ -277,6 +280,38 @@ TEST(FaultInjection, HangAtAnOpNameLeavesTheOthersWaitingAtTheirNextCollective) 
                     HasSubstr("it slept instead of running op 'softmax' in attn")));
   EXPECT_LT(o.took_ms, 3 * kShortTimeout.count());
 }
+
+// Every kind of fault on ranks sharing a GPU: the staged collectives fail as ThreadComm's do, an
+// error on every rank naming rank 1, within the bounds above. Its cuda instance has label gpu.
+class FaultInjectionOnBackends : public ::testing::TestWithParam<testing::TestBackend> {
+ protected:
+  void SetUp() override { SHARDSCOPE_SKIP_IF_MISSING(testing::missing_for_ranks(GetParam(), 2)); }
+};
+
+TEST_P(FaultInjectionOnBackends, EveryKindFailsEveryRankNamingTheFaultyRank) {
+  const DeviceKind backend = testing::device_of(GetParam()).kind;
+  struct Case {
+    const char* plan;
+    std::chrono::milliseconds timeout;
+    const char* said;  // by rank 1's error
+  };
+  const Case cases[] = {
+      {"rank=1,at=all_gather", kLongTimeout, "injected fault on rank 1 at all_gather"},
+      {"rank=1,at=all_gather,kind=wrong-size", kLongTimeout,
+       "rank 1 calls all_gather(count 127, f32) from gather_matmul"},
+      {"rank=1,at=all_reduce,kind=skip-collective", kShortTimeout, "skipped all_reduce("},
+      {"rank=1,at=all_gather,kind=hang", kShortTimeout, "injected hang on rank 1 at all_gather"},
+  };
+  for (const Case& c : cases) {
+    const Outcome o = run_with_fault(ParallelMode::tp_sp, c.plan, c.timeout, backend);
+    expect_every_rank_names_rank_1(o);
+    EXPECT_THAT(message_of(o, 1), HasSubstr(c.said)) << c.plan;
+    EXPECT_LT(o.took_ms, 3 * c.timeout.count()) << c.plan;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FaultInjectionOnBackends,
+                         ::testing::Values(testing::TestBackend::cuda), testing::BackendName());
 
 TEST(FaultInjection, AFaultThatNeverFiresIsAnErrorAfterTheRun) {
   // tp issues no all-to-all.
