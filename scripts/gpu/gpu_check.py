@@ -45,14 +45,19 @@ def read_bundle_env(bundle):
     out = subprocess.run(["bash", "-c", '. "$1/env.sh" && env -0', "_", str(bundle)],
                          capture_output=True, timeout=120, check=True)
     env = dict(kv.split("=", 1) for kv in out.stdout.decode().split("\0") if "=" in kv)
-    env.pop("SHARDSCOPE_TF32", None)  # TF32 off, whatever the shell had
-    return env, out.stderr.decode().strip()
+    return tf32_off(env), out.stderr.decode().strip()
+
+
+def tf32_off(env):
+    """TF32 off whatever the shell had: shardscope's switch unset, and cuBLAS's and cuDNN's
+    process-wide override (NVIDIA_TF32_OVERRIDE=0) for shardscope and PyTorch alike."""
+    env.pop("SHARDSCOPE_TF32", None)
+    env["NVIDIA_TF32_OVERRIDE"] = "0"
+    return env
 
 
 def plain_env():
-    env = dict(os.environ)
-    env.pop("SHARDSCOPE_TF32", None)
-    return env
+    return tf32_off(dict(os.environ))
 
 
 def capture(argv, timeout=60, env=None):
