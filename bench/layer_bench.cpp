@@ -1,6 +1,8 @@
-// The single-device Transformer layer on CPU, f32, dropout 0.1 at its three sites:
+// The single-device Transformer layer, f32, dropout 0.1 at its three sites:
 //   BM_LayerStep/s/b/h/a       forward + backward of loss = sum(y) (parameter gradients
-//                              accumulate), the step bench/torch_layer.py times in PyTorch;
+//                              accumulate), the step bench/torch_layer.py times in PyTorch; each
+//                              step ends by reading the loss on the host, which waits for the
+//                              device, so a step's time is the device's too;
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
@@ -9,13 +11,20 @@
 //                              same with the process's CPU time, all threads: the work the
 //                              observers add, which other programs on the machine inflate less).
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
-//   ./build/default/bench/layer_bench
+//   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--shape=s,b,h,a ...] [--benchmark_...]
+// --backend=cuda runs BM_LayerStep on cuda:0 (TF32 off unless SHARDSCOPE_TF32=1; exit 2 without a
+// device) and leaves BM_ObserverOverhead out; --shape (repeatable) replaces BM_LayerStep's shapes.
 #include <benchmark/benchmark.h>
 
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "autograd/memory_ledger.h"
@@ -44,16 +53,16 @@ double layer_flops(const LayerConfig& c) {
   return 3.0 * 2.0 * (12.0 * s * b * h * h + 2.0 * s * s * b * h);
 }
 
-void BM_LayerStep(benchmark::State& state) {
+void BM_LayerStep(benchmark::State& state, Device device) {
   const LayerConfig c = config_of(state);
-  Context ctx;
+  Context ctx(0, device);
   TransformerLayer layer(c, make_layer_weights(ctx, c));
   Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
-  sum(layer.forward(x)).backward();  // untimed: the first step maps its memory
+  sum(layer.forward(x)).backward();  // untimed: the first step maps (or caches) its memory
   for (auto _ : state) {
     Tensor loss = sum(layer.forward(x));
     loss.backward();
-    benchmark::DoNotOptimize(loss.raw_data());
+    benchmark::DoNotOptimize(loss.item());  // on the host: waits for the device's work
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
       layer_flops(c), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
@@ -119,24 +128,86 @@ void BM_ObserverOverhead(benchmark::State& state) {
   state.counters["events"] = static_cast<double>(recorder.events().size());
 }
 
-#define LAYER_SHAPES             \
-  Args({128, 4, 256, 8})         \
-      ->Args({256, 4, 512, 8})   \
-      ->Args({512, 4, 1024, 16}) \
+// Our flags, taken out of argv before Google Benchmark reads the rest.
+struct BenchFlags {
+  Device device = Device::cpu();
+  std::vector<std::vector<std::int64_t>> shapes;  // empty: the default shapes
+};
+
+std::vector<std::int64_t> parse_shape(const std::string& text) {
+  std::vector<std::int64_t> dims;
+  std::istringstream in(text);
+  std::string part;
+  bool valid = true;
+  while (std::getline(in, part, ',')) {
+    char* end = nullptr;
+    const long long value = std::strtoll(part.c_str(), &end, 10);
+    valid = valid && !part.empty() && *end == '\0' && value >= 1;
+    dims.push_back(value);
+  }
+  if (!valid || dims.size() != 4) {
+    throw std::invalid_argument("--shape=" + text + ": expected s,b,h,a (four integers >= 1)");
+  }
+  return dims;
+}
+
+BenchFlags take_flags(int& argc, char** argv) {
+  BenchFlags flags;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--backend=", 0) == 0) {
+      const std::string name = arg.substr(10);
+      if (name != "cpu" && name != "cuda") {
+        throw std::invalid_argument(arg + ": expected --backend=cpu or --backend=cuda");
+      }
+      flags.device = name == "cuda" ? Device::cuda(0) : Device::cpu();
+    } else if (arg.rfind("--shape=", 0) == 0) {
+      flags.shapes.push_back(parse_shape(arg.substr(8)));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return flags;
+}
+
+void register_benchmarks(const BenchFlags& flags) {
+  std::vector<std::vector<std::int64_t>> shapes = flags.shapes;
+  if (shapes.empty()) shapes = {{128, 4, 256, 8}, {256, 4, 512, 8}, {512, 4, 1024, 16}};
+  auto* step = benchmark::RegisterBenchmark("BM_LayerStep", BM_LayerStep, flags.device);
+  for (const auto& shape : shapes) step->Args(shape);
+  step->ArgNames({"s", "b", "h", "a"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  if (flags.device.kind != DeviceKind::cpu) return;
+  // Not the largest shape: its 267 events a step cost about 0.2 ms of a 2 s step, far below the
+  // step-to-step spread of two steps in a row on a shared machine.
+  benchmark::RegisterBenchmark("BM_ObserverOverhead", BM_ObserverOverhead)
+      ->Args({64, 2, 128, 4})
+      ->Args({128, 4, 256, 8})
+      ->Args({256, 4, 512, 8})
       ->ArgNames({"s", "b", "h", "a"})
-BENCHMARK(BM_LayerStep)->LAYER_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
-// Not the largest shape: its 267 events a step cost about 0.2 ms of a 2 s step, far below the
-// step-to-step spread of two steps in a row on a shared machine.
-BENCHMARK(BM_ObserverOverhead)
-    ->Args({64, 2, 128, 4})
-    ->Args({128, 4, 256, 8})
-    ->Args({256, 4, 512, 8})
-    ->ArgNames({"s", "b", "h", "a"})
-    ->MinTime(5.0)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+      ->MinTime(5.0)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
 
 }  // namespace
 }  // namespace shardscope
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  using namespace shardscope;
+  BenchFlags flags;
+  try {
+    flags = take_flags(argc, argv);
+    Context probe(0, flags.device);  // no device: one line and exit 2, before any benchmark
+  } catch (const std::exception& e) {
+    std::cerr << "layer_bench: " << e.what() << "\n";
+    return 2;
+  }
+  register_benchmarks(flags);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shardscope Transformer layer in PyTorch: forward + backward time per step on CPU, f32.
+"""The shardscope Transformer layer in PyTorch: forward + backward time per step, f32, CPU or CUDA.
 
 The same layer as parallel/transformer_layer.cpp and parallel/attention_core.cpp, op for op:
   x [s, b, h] -> LayerNorm -> QKV linear (columns grouped by head: [s, b, a, 3, d])
@@ -9,8 +9,13 @@ The same layer as parallel/transformer_layer.cpp and parallel/attention_core.cpp
 loss = sum(y); backward; parameter gradients accumulate, as in bench/layer_bench.cpp.
 
   python3 bench/torch_layer.py --threads 2 --shape 512,4,1024,16 [--shape ...] [--repetitions 5]
+  python3 bench/torch_layer.py --device cuda --shape 1024,4,1024,16 --repetitions 20 --warmup 3
 prints one line per shape: "s,b,h,a median_ms mean_ms repetitions", or with --per-step
-"s,b,h,a ms ms ..." (each timed step). Exits 3 with a message when torch cannot be imported.
+"s,b,h,a ms ms ..." (each timed step), and on stderr the torch version and device. With
+--device cuda: TF32 is off for matmuls and cuDNN (torch's default for matmuls, set explicitly so
+that a site configuration cannot turn it on; shardscope's CUDA backend has it off too), and each
+step is timed from a synchronised device to a synchronised device. Exits 3 with a message when
+torch cannot be imported or the device is not there.
 """
 import argparse
 import statistics
@@ -26,12 +31,13 @@ except ImportError as error:
     sys.exit(3)
 
 
-def make_weights(h, generator):
+def make_weights(h, generator, device):
+    # Drawn on the CPU (the same values on every device), then moved: leaves on `device`.
     def normal(*shape):
-        return (torch.randn(*shape, generator=generator) * 0.02).requires_grad_()
+        return (torch.randn(*shape, generator=generator) * 0.02).to(device).requires_grad_()
 
     def const(n, value):
-        return torch.full((n,), value).requires_grad_()
+        return torch.full((n,), value, device=device).requires_grad_()
 
     # Linear weights are [in, out] as in shardscope, so a linear is x @ W + b (addmm).
     return {
@@ -67,15 +73,22 @@ def layer(x, w, heads, p, causal_mask):
     return h1 + F.dropout(m, p, training=True)
 
 
-def time_shape(s, b, h, heads, p, repetitions, warmup):
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_shape(s, b, h, heads, p, repetitions, warmup, device):
     generator = torch.Generator().manual_seed(1)
-    w = make_weights(h, generator)
-    x = torch.randn(s, b, h, generator=generator)
-    causal_mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    w = make_weights(h, generator, device)
+    x = torch.randn(s, b, h, generator=generator).to(device)
+    causal_mask = torch.ones(s, s, dtype=torch.bool, device=device).triu(1)
     times = []
     for step in range(warmup + repetitions):
+        synchronize(device)
         start = time.perf_counter()
         layer(x, w, heads, p, causal_mask).sum().backward()
+        synchronize(device)
         elapsed = time.perf_counter() - start
         if step >= warmup:
             times.append(elapsed * 1e3)
@@ -84,18 +97,35 @@ def time_shape(s, b, h, heads, p, repetitions, warmup):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU work)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--shape", action="append", required=True, help="s,b,h,a")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--per-step", action="store_true", help="print every step's time")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            print(f"torch_layer.py: --device {args.device}: torch {torch.__version__} sees no CUDA "
+                  f"device (built for CUDA {torch.version.cuda})", file=sys.stderr)
+            sys.exit(3)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        name = torch.cuda.get_device_name(device)
+        print(f"torch {torch.__version__} (CUDA {torch.version.cuda}) on {name}, TF32 off "
+              f"(matmul allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
+              f"cudnn allow_tf32={torch.backends.cudnn.allow_tf32})", file=sys.stderr)
+    else:
+        print(f"torch {torch.__version__} on cpu", file=sys.stderr)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     for shape in args.shape:
         s, b, h, heads = (int(v) for v in shape.split(","))
-        times = time_shape(s, b, h, heads, args.dropout, args.repetitions, args.warmup)
+        times = time_shape(s, b, h, heads, args.dropout, args.repetitions, args.warmup, device)
         if args.per_step:
             print(shape, *(f"{t:.2f}" for t in times), flush=True)
         else:

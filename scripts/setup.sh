@@ -10,7 +10,7 @@ packages=(
   clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
-  git
+  git patchelf
 )
 
 missing=()

@@ -3,7 +3,9 @@
 # formatting, runs the threaded tests under ThreadSanitizer and the unit tests under
 # AddressSanitizer + UBSan, fuzzes every reader of outside input for a minute (scripts/fuzz.sh),
 # then builds the default preset with warnings as errors, runs every ctest label (unit, threads,
-# e2e, mpi, viz, gpu, lab) and runs every command the docs show against that build
+# e2e, mpi, viz, gpu, lab), builds the GPU bundle (scripts/gpu-bundle.sh: Release, CUDA sm_90) and
+# runs it from its folder with the system's copies of its libraries hidden
+# (scripts/test-gpu-bundle.sh), and runs every command the docs show against the default build
 # (scripts/check-docs.sh). The sanitizer runs leave out label mpi: LeakSanitizer reports
 # Open MPI's own allocations. Its last line is the docs check's summary.
 set -euo pipefail
@@ -31,6 +33,10 @@ echo "== build (default preset, warnings are errors) and every test"
 cmake --preset default -DSHARDSCOPE_WERROR=ON >/dev/null
 cmake --build --preset default -j "$jobs"
 ctest --preset default -j "$jobs"
+
+echo "== GPU bundle: build, then run from its folder"
+bash scripts/gpu-bundle.sh build/gpu-bundle
+bash scripts/test-gpu-bundle.sh build/gpu-bundle
 
 echo "== every command in the docs, against that build"
 bash scripts/check-docs.sh build/default
