@@ -43,17 +43,28 @@ int as_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// cudaMalloc / cudaFree on the current device.
+// cudaMalloc / cudaFree on the current device. A full device is OutOfMemoryError, to which the
+// caching allocator adds the request and the device.
 class CudaRawAllocator final : public RawAllocator {
  public:
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
-    SS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      throw OutOfMemoryError("cudaMalloc of " + std::to_string(bytes) + " bytes: " +
+                             cudaGetErrorString(status) + " (" + cudaGetErrorName(status) + ")");
+    }
+    cuda_detail::check(status, __FILE__, __LINE__, "cudaMalloc(&p, bytes)");
     return p;
   }
   // cudaFree fails only after an earlier sticky error, which the next checked call reports; it
   // runs from destructors, so it does not throw.
   void release(void* data, std::size_t) override { cudaFree(data); }
+  // A failed cudaMalloc leaves its status as the runtime's last error, which cudaGetLastError in
+  // the next launch check would report as that kernel's failure ("out of memory" after a retry
+  // that succeeded). Its status is in the error already thrown, so it is reset here; a sticky
+  // error would come back from the next call anyway.
+  void clear_error() override { cudaGetLastError(); }
 };
 
 class CudaBackend final : public Backend {
@@ -154,7 +165,7 @@ class CudaBackend final : public Backend {
   int device_;
   CudaOptions options_;
   CudaRawAllocator raw_;
-  CachingAllocator allocator_{raw_};
+  CachingAllocator allocator_{raw_, "cuda:" + std::to_string(device_)};
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 };
