@@ -32,6 +32,10 @@ void run_nccl_threads(int world, const SpmdOptions& options, const RankFn& fn) {
   nccl.check_calls = options.check_calls;
   nccl.timeout = options.timeout;
   std::vector<std::unique_ptr<Communicator>> comms = make_nccl_thread_comms(ids, nccl);
+  struct Closer {  // on every way out, every rank's communicator at once
+    std::vector<std::unique_ptr<Communicator>>& comms;
+    ~Closer() { close_nccl_thread_comms(comms); }
+  } closer{comms};
   std::vector<Device> devices;
   for (int id : ids) devices.push_back(Device::cuda(id));
   run_thread_ranks(comms, devices, fn, options);
