@@ -473,6 +473,7 @@ void NcclComm::finish_joining(ncclResult_t joining) {
   const std::string what = "joining the NCCL group (ncclCommInitRankConfig)";
   if (comm_ == nullptr) fail_on_device(on_device(what) + ": " + nccl_error_text(joining));
   enqueued(joining, what);
+  settle(what);  // in a group, the call itself returned ncclSuccess before the group joined
   SHARDSCOPE_NCCL_CUDA_CHECK(cudaSetDevice(device_));
   SHARDSCOPE_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SHARDSCOPE_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
