@@ -124,7 +124,11 @@ std::string Context::where(std::string_view op) const {
 }
 
 std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category) {
-  return std::make_shared<Storage>(*this, bytes, category);
+  try {
+    return std::make_shared<Storage>(*this, bytes, category);
+  } catch (const OutOfMemoryError& e) {  // the backend named the bytes and the device
+    throw OutOfMemoryError(std::string(e.what()) + " in " + where(current_op_));
+  }
 }
 
 namespace {

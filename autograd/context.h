@@ -71,7 +71,8 @@ class Context {
   // "op 'matmul' in attn.qkv (layer 0, forward, rank 0)"
   std::string where(std::string_view op) const;
 
-  // Allocates zero-initialised memory on this context's device and reports it to observers.
+  // Allocates zero-initialised memory on this context's device and reports it to observers. A
+  // backend's OutOfMemoryError comes back with the current op added ("... in op 'matmul' ...").
   std::shared_ptr<Storage> allocate(std::size_t bytes, MemoryCategory category);
 
  private:

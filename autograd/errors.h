@@ -37,6 +37,14 @@ class ArgumentError : public Error {
   using Error::Error;
 };
 
+// A device had no memory left for an allocation: the message names the bytes asked for and the
+// device, and Context::allocate adds the op that asked ("... in op 'matmul' in attn.qkv (layer 0,
+// forward, rank 1)"), as run_spmd does for the CPU's std::bad_alloc.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The numerical guard (Context::set_check_finite) found NaN or Inf in an op's output (forward) or
 // in a gradient (backward); the message names the op, the tensor and the first bad element.
 class NumericalError : public Error {

@@ -181,7 +181,9 @@ std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
 void MpiComm::abort(const std::string& reason) {
   std::fprintf(stderr, "shardscope: rank %d failed: %s\n", rank_, reason.c_str());
   std::fflush(stderr);
-  MPI_Abort(comm_, 1);
+  // The world, not comm_: on a split communicator MPI need only end that group's processes,
+  // which would leave the others waiting for them.
+  MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; should an implementation return, end anyway
 }
 

@@ -38,7 +38,8 @@ class MpiComm final : public Communicator {
 
   void run(const CollectiveCall& call, const void* send, void* recv) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
-  // Prints "shardscope: rank R failed: reason" to stderr and ends the whole job (MPI_Abort).
+  // Prints "shardscope: rank R failed: reason" to stderr and ends the whole job (MPI_Abort on
+  // MPI_COMM_WORLD, also from a split communicator).
   void abort(const std::string& reason) override;
 
  private:

@@ -1,6 +1,7 @@
 // run_spmd over NCCL: ranks as threads of this process on devices 0..world-1, or, under mpirun,
-// one process per device, the device being the process's rank on its node modulo the node's
-// devices. Too few devices is an ArgumentError before any rank starts.
+// one process per device (nccl_devices_on_node: device 0 when each process sees one device of its
+// own, else the process's rank on its node). Too few devices is an ArgumentError before any rank
+// starts.
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,6 +33,10 @@ void run_nccl_threads(int world, const SpmdOptions& options, const RankFn& fn) {
   nccl.check_calls = options.check_calls;
   nccl.timeout = options.timeout;
   std::vector<std::unique_ptr<Communicator>> comms = make_nccl_thread_comms(ids, nccl);
+  struct Closer {  // on every way out, every rank's communicator at once
+    std::vector<std::unique_ptr<Communicator>>& comms;
+    ~Closer() { close_nccl_thread_comms(comms); }
+  } closer{comms};
   std::vector<Device> devices;
   for (int id : ids) devices.push_back(Device::cuda(id));
   run_thread_ranks(comms, devices, fn, options);
@@ -47,9 +52,17 @@ struct NodeSlot {
 };
 static_assert(std::is_trivially_copyable<NodeSlot>::value, "sent as raw bytes");
 
-// This process's device: its rank among the processes of its node (by host name). Every rank
-// learns every node's process and device counts, so a node with too few devices is the same
-// ArgumentError on every rank.
+// The device-count reports of the processes on `host`, in world-rank order (local-rank order).
+std::vector<CudaDeviceCount> seen_on(const std::vector<NodeSlot>& all, const char* host) {
+  std::vector<CudaDeviceCount> seen;
+  for (const NodeSlot& slot : all) {
+    if (std::strcmp(slot.host, host) == 0) seen.push_back({slot.devices, slot.why_none});
+  }
+  return seen;
+}
+
+// This process's device (nccl_devices_on_node): every rank learns every node's process and device
+// counts, so a node whose devices do not fit its ranks is the same ArgumentError on every rank.
 int device_of_this_process(Communicator& host) {
   NodeSlot mine{};
   if (gethostname(mine.host, sizeof mine.host - 1) != 0) std::strcpy(mine.host, "?");
@@ -63,21 +76,13 @@ int device_of_this_process(Communicator& host) {
   exchange.count = static_cast<std::int64_t>(sizeof(NodeSlot));
   exchange.site.op = "placing the NCCL ranks on devices";
   host.run(exchange, &mine, all.data());
+  for (const NodeSlot& slot : all) nccl_devices_on_node(slot.host, seen_on(all, slot.host));
   int local_rank = 0;
-  for (const NodeSlot& slot : all) {
-    int on_node = 0;
-    for (const NodeSlot& other : all) on_node += std::strcmp(slot.host, other.host) == 0;
-    if (slot.devices < on_node) {
-      throw ArgumentError(too_few_devices_message("--comm nccl under mpirun on node " +
-                                                      std::string(slot.host) + " (" +
-                                                      std::to_string(on_node) + " ranks there)",
-                                                  on_node, {slot.devices, slot.why_none}));
-    }
-  }
   for (int r = 0; r < host.rank(); ++r) {
     local_rank += std::strcmp(all[static_cast<std::size_t>(r)].host, mine.host) == 0;
   }
-  return local_rank % mine.devices;
+  return nccl_devices_on_node(mine.host,
+                              seen_on(all, mine.host))[static_cast<std::size_t>(local_rank)];
 }
 
 void run_nccl_processes(int world, const SpmdOptions& options, const RankFn& fn) {

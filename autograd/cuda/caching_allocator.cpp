@@ -2,6 +2,7 @@
 #include "autograd/cuda/caching_allocator.h"
 
 #include <algorithm>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -14,6 +15,18 @@ std::string pointer_name(const void* p) {
   std::ostringstream s;
   s << p;
   return s.str();
+}
+
+// "out of memory on cuda:0: asked for 1000 bytes (a 1024-byte block) with 3072 bytes in use and
+// 2048 cached bytes given back to retry (cudaMalloc: out of memory ...)"
+std::string out_of_memory_message(const std::string& device, std::size_t bytes, std::size_t size,
+                                  std::size_t in_use, std::size_t released, const char* raw) {
+  std::string out = "out of memory on " + device + ": asked for " + std::to_string(bytes) +
+                    " bytes (a " + std::to_string(size) + "-byte block) with " +
+                    std::to_string(in_use) + " bytes in use and ";
+  out += released ? std::to_string(released) + " cached bytes given back to retry"
+                  : std::string("nothing cached to give back");
+  return out + " (" + raw + ")";
 }
 
 }  // namespace
@@ -40,13 +53,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     stats_.cached -= size;
     ++stats_.reuses;
   } else {
-    try {
-      data = raw_.allocate(size);
-    } catch (...) {
-      if (stats_.cached == 0) throw;
-      release_cached();  // other classes' blocks may make room; a second failure propagates
-      data = raw_.allocate(size);
-    }
+    data = allocate_raw(size, bytes);
     ++stats_.raw_allocations;
     stats_.reserved += size;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
@@ -55,6 +62,37 @@ void* CachingAllocator::allocate(std::size_t bytes) {
   stats_.in_use += size;
   stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
   return data;
+}
+
+// A new block from the raw allocator. When it fails, the cached blocks of every class go back to
+// it (they may make room) and the request is tried once more; a second failure goes to the caller,
+// an out-of-memory one as OutOfMemoryError naming the request. Every failure clears the raw
+// allocator's error state, so a retry that succeeds leaves no error behind.
+void* CachingAllocator::allocate_raw(std::size_t size, std::size_t bytes) {
+  std::size_t released = 0;
+  for (;;) {
+    const bool can_retry = released == 0 && stats_.cached > 0;
+    try {
+      return raw_.allocate(size);
+    } catch (const OutOfMemoryError& e) {
+      raw_.clear_error();
+      if (!can_retry) {
+        throw OutOfMemoryError(
+            out_of_memory_message(device_, bytes, size, stats_.in_use, released, e.what()));
+      }
+    } catch (const std::bad_alloc& e) {
+      raw_.clear_error();
+      if (!can_retry) {
+        throw OutOfMemoryError(
+            out_of_memory_message(device_, bytes, size, stats_.in_use, released, e.what()));
+      }
+    } catch (...) {
+      raw_.clear_error();
+      if (!can_retry) throw;
+    }
+    released = stats_.cached;
+    release_cached();
+  }
 }
 
 void CachingAllocator::deallocate(void* data, std::size_t bytes) {

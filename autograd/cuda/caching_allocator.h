@@ -10,18 +10,25 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace shardscope {
 
 // Where the blocks come from: cudaMalloc/cudaFree on a device, malloc/free in tests. allocate
-// throws when the memory is not there.
+// throws when the memory is not there: OutOfMemoryError when the device is full, another Error
+// when the call failed for another reason.
 class RawAllocator {
  public:
   virtual ~RawAllocator() = default;
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void release(void* data, std::size_t bytes) = 0;
+  // Called once after every allocate that threw, before the retry or the error goes on: the CUDA
+  // runtime keeps a failed cudaMalloc's status as its last error, which the next launch check
+  // (cudaGetLastError) would report as that launch's error; the CUDA raw allocator resets it here.
+  virtual void clear_error() {}
 };
 
 struct AllocatorStats {
@@ -38,7 +45,9 @@ class CachingAllocator {
  public:
   static constexpr std::size_t kGranule = 512;
 
-  explicit CachingAllocator(RawAllocator& raw) : raw_(raw) {}
+  // `device` names the device in out-of-memory errors ("cuda:0").
+  explicit CachingAllocator(RawAllocator& raw, std::string device = "the device")
+      : raw_(raw), device_(std::move(device)) {}
   ~CachingAllocator();  // returns every block, cached or not, to the raw allocator
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -47,7 +56,9 @@ class CachingAllocator {
   static std::size_t size_class(std::size_t bytes);
 
   // A block of at least `bytes`. When the raw allocator fails, the cache is emptied and the
-  // request tried once more before the error goes to the caller.
+  // request tried once more before the error goes to the caller; an out-of-memory error then
+  // becomes OutOfMemoryError "out of memory on <device>: asked for N bytes (...)", naming the
+  // request, its size class and what this allocator holds.
   void* allocate(std::size_t bytes);
   // Gives back a block from allocate; `bytes` is the size it was requested with. Throws
   // StateError naming the pointer for a block freed twice, a pointer never allocated here, or a
@@ -58,9 +69,11 @@ class CachingAllocator {
   AllocatorStats stats() const;
 
  private:
-  void release_cached();  // with mutex_ held
+  void release_cached();                                    // with mutex_ held
+  void* allocate_raw(std::size_t size, std::size_t bytes);  // with mutex_ held
 
   RawAllocator& raw_;
+  std::string device_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> in_use_;      // block -> size class
   std::map<std::size_t, std::vector<void*>> cached_;   // size class -> free blocks

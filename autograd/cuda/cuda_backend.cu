@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,17 +44,28 @@ int as_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// cudaMalloc / cudaFree on the current device.
+// cudaMalloc / cudaFree on the current device. A full device is OutOfMemoryError, to which the
+// caching allocator adds the request and the device.
 class CudaRawAllocator final : public RawAllocator {
  public:
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
-    SS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      throw OutOfMemoryError("cudaMalloc of " + std::to_string(bytes) + " bytes: " +
+                             cudaGetErrorString(status) + " (" + cudaGetErrorName(status) + ")");
+    }
+    cuda_detail::check(status, __FILE__, __LINE__, "cudaMalloc(&p, bytes)");
     return p;
   }
   // cudaFree fails only after an earlier sticky error, which the next checked call reports; it
   // runs from destructors, so it does not throw.
   void release(void* data, std::size_t) override { cudaFree(data); }
+  // A failed cudaMalloc leaves its status as the runtime's last error, which cudaGetLastError in
+  // the next launch check would report as that kernel's failure ("out of memory" after a retry
+  // that succeeded). Its status is in the error already thrown, so it is reset here; a sticky
+  // error would come back from the next call anyway.
+  void clear_error() override { cudaGetLastError(); }
 };
 
 class CudaBackend final : public Backend {
@@ -154,7 +166,7 @@ class CudaBackend final : public Backend {
   int device_;
   CudaOptions options_;
   CudaRawAllocator raw_;
-  CachingAllocator allocator_{raw_};
+  CachingAllocator allocator_{raw_, "cuda:" + std::to_string(device_)};
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 };
@@ -248,8 +260,9 @@ void CudaBackend::permute(const Tensor& src, const std::vector<int>& perm, Tenso
   SS_CUDA_CHECK_LAUNCH("permute");
 }
 
-// `outer` rows of count * inner elements, with the source's and destination's row pitches: one
-// 2-D copy.
+// `outer` rows of count * inner elements, with the source's and destination's row pitches. A
+// contiguous slice (one row, or whole rows on both sides) is one copy; otherwise a kernel copies
+// the rows (cudaMemcpy2DAsync refuses pitches of 2 GiB and more).
 void CudaBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
                              std::int64_t dst_offset, std::int64_t count) {
   activate();
@@ -257,18 +270,37 @@ void CudaBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset
   std::int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= s[d];
   for (int d = dim + 1; d < s.rank(); ++d) inner *= s[d];
-  const std::size_t es = dtype_size(src.dtype());
-  const auto width = static_cast<std::size_t>(count * inner) * es;
+  const std::int64_t width = count * inner;  // elements per row
   if (!width || !outer) return;
-  const auto src_pitch = static_cast<std::size_t>(s[dim] * inner) * es;
-  const auto dst_pitch = static_cast<std::size_t>(dst.shape()[dim] * inner) * es;
+  const std::int64_t src_pitch = s[dim] * inner, dst_pitch = dst.shape()[dim] * inner;
+  const std::size_t es = dtype_size(src.dtype());
   const auto* in = static_cast<const unsigned char*>(src.raw_data()) +
                    static_cast<std::size_t>(src_offset * inner) * es;
   auto* out = static_cast<unsigned char*>(dst.raw_data()) +
               static_cast<std::size_t>(dst_offset * inner) * es;
-  SS_CUDA_CHECK(cudaMemcpy2DAsync(out, dst_pitch, in, src_pitch, width,
-                                  static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice,
-                                  stream_));
+  if (outer == 1 || (width == src_pitch && width == dst_pitch)) {
+    SS_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<std::size_t>(outer * width) * es,
+                                  cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  const std::int64_t n = outer * width;
+  const unsigned grid = grid_for(n);
+  switch (es) {
+    case 1:
+      k::copy_rows<<<grid, kThreads, 0, stream_>>>(in, src_pitch, out, dst_pitch, width, n);
+      break;
+    case 4:
+      k::copy_rows<<<grid, kThreads, 0, stream_>>>(reinterpret_cast<const std::uint32_t*>(in),
+                                                   src_pitch, reinterpret_cast<std::uint32_t*>(out),
+                                                   dst_pitch, width, n);
+      break;
+    default:
+      k::copy_rows<<<grid, kThreads, 0, stream_>>>(reinterpret_cast<const std::uint64_t*>(in),
+                                                   src_pitch, reinterpret_cast<std::uint64_t*>(out),
+                                                   dst_pitch, width, n);
+      break;
+  }
+  SS_CUDA_CHECK_LAUNCH("copy_slice");
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) {
@@ -462,7 +494,10 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const std::int64_t
                                         Tensor& probs, Tensor& loss) {
   activate();
   const std::int64_t c = logits.dim(1), rows = logits.dim(0);
-  if (!rows) return;
+  if (!rows) {  // the mean over no rows is 0 / 0, as the CPU backend computes it
+    fill(loss, std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
   const DeviceTargets device_targets(*this, targets, rows);
   const auto loss_bytes = static_cast<std::size_t>(rows) * sizeof(double);
   auto* row_loss = static_cast<double*>(allocate(loss_bytes));

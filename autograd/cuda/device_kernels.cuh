@@ -47,7 +47,8 @@ struct WelfordOp {
 };
 
 // Combines one value per thread of the block with `op` in a fixed tree order; every thread gets
-// the result. All threads of the block must call it.
+// the result. All threads of the block must call it, and the block has at most kThreads threads (a
+// power of two): the kernels that call it declare __launch_bounds__(kThreads).
 template <class V, class Op>
 __device__ V block_reduce(V value, Op op) {
   __shared__ alignas(16) unsigned char storage[kThreads * sizeof(V)];
@@ -84,6 +85,17 @@ template <class T>
 __global__ void add(const T* a, const T* b, T* out, std::int64_t n, std::int64_t nb, T alpha,
                     T beta) {
   SS_GRID_STRIDE(i, n) out[i] = alpha * a[i] + beta * b[i % nb];
+}
+
+// `rows` rows of `width` words from `in` to `out`, whose rows start every `in_pitch` and
+// `out_pitch` words: a strided slice copy with 64-bit indices (n = rows * width).
+template <class Word>
+__global__ void copy_rows(const Word* in, std::int64_t in_pitch, Word* out, std::int64_t out_pitch,
+                          std::int64_t width, std::int64_t n) {
+  SS_GRID_STRIDE(i, n) {
+    const std::int64_t row = i / width, column = i - row * width;
+    out[row * out_pitch + column] = in[row * in_pitch + column];
+  }
 }
 
 template <class T>
@@ -142,7 +154,8 @@ __global__ void sum_to_suffix(const T* x, T* out, std::int64_t n, std::int64_t m
 
 // One block: out = sum(x) / divisor, or with a target sum((x - target)^2) / divisor (MSE).
 template <class In, class Out>
-__global__ void sum_all(const In* x, const In* target, Out* out, std::int64_t n, double divisor) {
+__global__ void __launch_bounds__(kThreads)
+    sum_all(const In* x, const In* target, Out* out, std::int64_t n, double divisor) {
   double acc = 0.0;
   for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     acc += target ? kernels::squared_error(x[i], target[i]) : static_cast<double>(x[i]);
@@ -154,8 +167,9 @@ __global__ void sum_all(const In* x, const In* target, Out* out, std::int64_t n,
 // ---- row-wise: one block per row --------------------------------------------------------------
 
 template <class T>
-__global__ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
-                                  std::int64_t rows, std::int64_t h, double eps) {
+__global__ void __launch_bounds__(kThreads)
+    layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                      std::int64_t rows, std::int64_t h, double eps) {
   SS_BLOCK_PER_ROW(r, rows) {
     const T* in = x + r * h;
     kernels::Welford<double> w = kernels::layernorm_row_statistics(in, h, threadIdx.x, blockDim.x);
@@ -171,8 +185,9 @@ __global__ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* 
 }
 
 template <class T>
-__global__ void layernorm_backward_rows(const T* dy, const T* x, const T* gamma, const T* mean,
-                                        const T* rstd, T* dx, std::int64_t rows, std::int64_t h) {
+__global__ void __launch_bounds__(kThreads)
+    layernorm_backward_rows(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+                            T* dx, std::int64_t rows, std::int64_t h) {
   SS_BLOCK_PER_ROW(r, rows) {
     const double mu = mean[r], inv = rstd[r];
     kernels::LayerNormRowSums s = kernels::layernorm_backward_row_sums(
@@ -202,9 +217,9 @@ __global__ void layernorm_param_grads(const T* dy, const T* x, const T* mean, co
 // Softmax of each row (s_q = 1 and causal = false for plain rows). With row_loss set, the rows
 // are cross-entropy logits and row_loss[r] receives -log softmax(x)[targets[r]].
 template <class T>
-__global__ void softmax_forward(const T* x, T* y, std::int64_t rows, std::int64_t s_k,
-                                std::int64_t s_q, bool causal, const std::int64_t* targets,
-                                double* row_loss) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_forward(const T* x, T* y, std::int64_t rows, std::int64_t s_k, std::int64_t s_q,
+                    bool causal, const std::int64_t* targets, double* row_loss) {
   SS_BLOCK_PER_ROW(r, rows) {
     const T* in = x + r * s_k;
     const std::int64_t visible = kernels::softmax_visible(r, s_q, s_k, causal);
@@ -220,8 +235,8 @@ __global__ void softmax_forward(const T* x, T* y, std::int64_t rows, std::int64_
 }
 
 template <class T>
-__global__ void softmax_backward(const T* y, const T* dy, T* dx, std::int64_t rows,
-                                 std::int64_t s_k) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_backward(const T* y, const T* dy, T* dx, std::int64_t rows, std::int64_t s_k) {
   SS_BLOCK_PER_ROW(r, rows) {
     double dot =
         kernels::softmax_backward_dot(y + r * s_k, dy + r * s_k, s_k, threadIdx.x, blockDim.x);

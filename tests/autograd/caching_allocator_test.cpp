@@ -6,8 +6,8 @@
 
 #include <cstdlib>
 #include <map>
-#include <new>
 #include <sstream>
+#include <string>
 
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
@@ -15,14 +15,20 @@
 namespace shardscope {
 namespace {
 
-// malloc/free that records what is outstanding and can be given a capacity.
+// malloc/free that records what is outstanding and can be given a capacity. Like cudaMalloc, a
+// failed allocation leaves an error set until clear_error: the next allocate checks that it was
+// cleared (CUDA's next launch check would otherwise report it).
 class HostRawAllocator final : public RawAllocator {
  public:
   explicit HostRawAllocator(std::size_t capacity = SIZE_MAX) : capacity_(capacity) {}
   ~HostRawAllocator() override { EXPECT_TRUE(live_.empty()) << live_.size() << " blocks leaked"; }
 
   void* allocate(std::size_t bytes) override {
-    if (held_ + bytes > capacity_) throw std::bad_alloc();
+    EXPECT_FALSE(error_set_) << "an allocation after a failed one that nobody cleared";
+    if (held_ + bytes > capacity_) {
+      error_set_ = true;
+      throw OutOfMemoryError("host stand-in: " + std::to_string(bytes) + " bytes do not fit");
+    }
     void* p = std::malloc(bytes);
     live_[p] = bytes;
     held_ += bytes;
@@ -36,12 +42,19 @@ class HostRawAllocator final : public RawAllocator {
     std::free(data);
     ++releases;
   }
+  void clear_error() override {
+    error_set_ = false;
+    ++clears;
+  }
   std::size_t held() const { return held_; }
+  bool error_set() const { return error_set_; }
 
   int allocations = 0;
   int releases = 0;
+  int clears = 0;
 
  private:
+  bool error_set_ = false;
   std::size_t capacity_;
   std::size_t held_ = 0;
   std::map<void*, std::size_t> live_;
@@ -145,8 +158,32 @@ TEST(CachingAllocator, FreesTheCacheAndRetriesWhenTheRawAllocatorIsFull) {
   void* p = alloc.allocate(1024);                // does not fit beside the cache
   EXPECT_EQ(alloc.stats().cached, 0u);
   EXPECT_EQ(alloc.stats().reserved, 1024u);
-  EXPECT_THROW(alloc.allocate(2048), std::bad_alloc);  // nothing left to free: the error stays
+  // The retry succeeded, and the failure before it left no error behind for the next launch.
+  EXPECT_EQ(raw.clears, 1);
+  EXPECT_FALSE(raw.error_set());
+  EXPECT_THROW(alloc.allocate(2048), OutOfMemoryError);  // nothing left to free: the error stays
+  EXPECT_EQ(raw.clears, 2);
+  EXPECT_FALSE(raw.error_set());
   alloc.deallocate(p, 1024);
+}
+
+TEST(CachingAllocator, OutOfMemoryNamesTheDeviceTheRequestAndWhatIsHeld) {
+  HostRawAllocator raw(4096);
+  CachingAllocator alloc(raw, "cuda:3");
+  void* kept = alloc.allocate(1024);
+  alloc.deallocate(alloc.allocate(2048), 2048);  // cached, given back before the retry
+  try {
+    alloc.allocate(3500);
+    ADD_FAILURE() << "3584 bytes beside 1024 in use cannot fit in 4096";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_THAT(e.what(), ::testing::StartsWith("out of memory on cuda:3: asked for 3500 bytes "
+                                                "(a 3584-byte block) with 1024 bytes in use and "
+                                                "2048 cached bytes given back to retry"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("host stand-in: 3584 bytes do not fit"));
+  }
+  EXPECT_EQ(raw.clears, 2);  // the first try and the retry
+  EXPECT_FALSE(raw.error_set());
+  alloc.deallocate(kept, 1024);
 }
 
 TEST(CachingAllocator, DoubleFreeUnknownPointerAndWrongSizeNameThePointer) {

@@ -218,6 +218,54 @@ TEST_P(CudaVsCpu, CachingAllocatorReusesFreedBlocks) {
   EXPECT_NE(cuda_backend_stream(gpu_->backend()), nullptr);
 }
 
+// A request larger than any GPU: an OutOfMemoryError naming the bytes, the device and the op, and
+// afterwards kernels still launch (the failed cudaMalloc's status was not left as the runtime's
+// last error, which the next launch check would report as "out of memory").
+TEST(CudaBackend, OutOfMemoryNamesTheOpAndLeavesLaunchesWorking) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_report();
+  Context gpu(0, Device::cuda(0));
+  Tensor::zeros(gpu, {1000});  // a cached block: the allocator empties its cache and retries
+  const std::int64_t huge = std::int64_t{1} << 40;  // 4 TiB of f32
+  gpu.set_current_op("make_huge");
+  try {
+    Tensor::zeros(gpu, {huge});
+    ADD_FAILURE() << "4 TiB fitted on cuda:0";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_THAT(e.what(), ::testing::StartsWith("out of memory on cuda:0: asked for " +
+                                                std::to_string(huge * 4) + " bytes"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cudaErrorMemoryAllocation"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("in op 'make_huge'"));
+  }
+  gpu.set_current_op("");
+  const Tensor x = Tensor::full(gpu, {300}, 2.0);
+  EXPECT_EQ(sum(scale(x, 0.5)).item(), 300.0);  // fill, scale and sum_all launch and check
+}
+
+// A slice whose rows are 2 GiB apart, which cudaMemcpy2DAsync refuses (pitch limit): the rows are
+// copied by a kernel. 4 GiB of u8 on the device.
+TEST(CudaBackend, CopySliceHandlesRowPitchesOf2GiB) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_report();
+  Context gpu(0, Device::cuda(0));
+  const std::int64_t row = (std::int64_t{1} << 31) + 64, at = std::int64_t{1} << 31;
+  const Tensor src = Tensor::zeros(gpu, {2, row}, DType::u8);
+  std::vector<unsigned char> values(64);
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 64; ++i)
+      values[static_cast<std::size_t>(i)] = static_cast<unsigned char>(r * 100 + i);
+    auto* start =
+        static_cast<unsigned char*>(src.raw_data()) + static_cast<std::size_t>(r * row + at);
+    gpu.backend().copy_from_host(start, values.data(), values.size());
+  }
+  Tensor dst = Tensor::zeros(gpu, {2, 64}, DType::u8);
+  gpu.backend().copy_slice(src, 1, at, dst, 0, 64);
+  const std::vector<double> got = dst.to_vector();
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_EQ(got[static_cast<std::size_t>(r * 64 + i)], r * 100 + i) << "row " << r << ", " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaVsCpu, ::testing::Values(DType::f32, DType::f64),
                          [](const ::testing::TestParamInfo<DType>& param_info) {
                            return std::string(dtype_name(param_info.param));
