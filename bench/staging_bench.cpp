@@ -144,6 +144,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return shardscope::run(argc, argv);
+  } catch (const shardscope::ArgumentError& e) {  // no such device: as the other programs say it
+    std::fprintf(stderr, "staging_bench: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "staging_bench: %s\n", e.what());
     return 1;

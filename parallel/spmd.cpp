@@ -167,7 +167,7 @@ std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int devic
                                         const std::string& why_none) {
   if (backend == DeviceKind::cpu) return std::vector<Device>(static_cast<std::size_t>(world));
   if (device_count < 1) {
-    throw ArgumentError("backend cuda with ranks as threads needs a CUDA device, found 0" +
+    throw ArgumentError("backend cuda with ranks as threads needs 1 CUDA device, found 0" +
                         (why_none.empty() ? std::string() : " (" + why_none + ")"));
   }
   std::vector<Device> devices;

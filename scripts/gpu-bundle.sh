@@ -5,7 +5,8 @@
 #   bash scripts/gpu-bundle.sh DIR
 # DIR gets
 #   bin/          shardscope, the test binaries holding gpu-labelled tests (autograd_tests,
-#                 parallel_tests, cuda_tests, nccl_tests), layer_bench and backend_bandwidth:
+#                 parallel_tests, cuda_tests, nccl_tests), layer_bench, backend_bandwidth and
+#                 staging_bench:
 #                 stripped, RUNPATH $ORIGIN/../lib
 #   lib/          every shared library they load that a bare CUDA machine lacks: the ldd closure
 #                 of bin/ and of every libshardscope_*.so of the build (those are copied whether
@@ -39,7 +40,7 @@ jobs=${JOBS:-$(nproc)}
 limit_mib=60
 limit_bytes=$((limit_mib * 1024 * 1024))
 programs=(shardscope autograd_tests parallel_tests cuda_tests nccl_tests layer_bench
-  backend_bandwidth)
+  backend_bandwidth staging_bench)
 # Not carried: glibc's libraries, the driver's, and the CUDA libraries the GPU machine provides.
 system_re='^(ld-linux[-a-z0-9_]*|linux-vdso|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|libnsl|libBrokenLocale|libthread_db|libnss_[a-z]+)\.so'
 driver_re='^(libcuda|libnvidia-[-a-z0-9_]+)\.so'
@@ -179,6 +180,7 @@ describe() { # describe BUNDLE_PATH
     bin/nccl_tests) echo "GoogleTest: NcclComm and the layer over NCCL (label gpu)" ;;
     bin/layer_bench) echo "Google Benchmark: layer step (--backend=cuda, --shape=s,b,h,a)" ;;
     bin/backend_bandwidth) echo "elementwise kernels' bandwidth beside a device copy" ;;
+    bin/staging_bench) echo "all_reduce of ranks sharing the GPU, staged through host memory" ;;
     lib/libshardscope_*) echo "built from this tree ($(basename "$src"))" ;;
     *)
       if pkg=$(dpkg -S "$src" 2>/dev/null | head -1 | cut -d: -f1) && [[ -n $pkg ]]; then

@@ -222,7 +222,8 @@ PY
   else fail "$binary --gtest_filter='$filter': ${verdict#FAIL }"; fi
 done
 
-for spec in "layer_bench --backend=cuda" "backend_bandwidth --backend cuda"; do
+for spec in "layer_bench --backend=cuda" "backend_bandwidth --backend cuda" \
+  "staging_bench --backend cuda"; do
   # shellcheck disable=SC2086 # the spec's words are the arguments
   text=$(run_bundled 60 $spec 2>&1)
   rc=$?
@@ -258,7 +259,8 @@ except OSError:
 steps = {f"{s['group']}/{s['name']}": s for s in r["steps"]}
 # Everything that needs no GPU, compute-sanitizer or PyTorch runs on the CPU and must pass.
 must_pass = ([f"modes/{m}-d{d}-threads" for d in (1, 2, 4) for m in ("tp", "tp-sp", "ulysses")]
-             + ["modes/single-d1-threads", "layer_step/layer_bench", "bandwidth/backend_bandwidth"]
+             + ["modes/single-d1-threads", "layer_step/layer_bench", "bandwidth/backend_bandwidth",
+                "staging/staging_bench"]
              + [f"compare/{k}-{t}" for t in ("f32", "f64") for k in ("dump-device", "dump-cpu", "check")])
 expected = must_pass + [f"tests/{b}" for b in ("autograd_tests", "parallel_tests", "cuda_tests", "nccl_tests")] + [
     "sanitizer/memcheck", "sanitizer/racecheck", "layer_step/torch_layer", "probe/probe"]

@@ -18,6 +18,8 @@ that the whole check stays under 10 minutes on one H100):
               on both sides) at s,b,h,a = 1024,4,1024,16 and 2048,2,2048,16
   bandwidth   bin/backend_bandwidth --backend cuda at 256 MiB: GeLU, dropout and add beside a
               device-to-device copy
+  staging     bin/staging_bench --backend cuda: the all_reduce of 2 and 4 ranks sharing the GPU,
+              staged through host memory, beside the host collective alone and the round trip
 A program of the bundle that does not start (a library missing) ends the check at the probe with
 one line and exit 1. Everything goes into one results file, FOLDER/results.json (the steps, their commands, exit codes,
 counts and figures, the machine, and a readable summary under "summary"); each step's output is

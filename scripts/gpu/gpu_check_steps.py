@@ -135,6 +135,15 @@ def kill_group(p):
 
 def last_line(text):
     lines = [l for l in text.strip().splitlines() if l.strip()]
+    staging = r["figures"].get("staging")
+    if staging:
+        lines.append(f"ranks sharing the device ({staging['device']}; {staging['what']}):")
+        lines.append(f"  {'ranks':>5} {'MiB':>5} {'staged ms':>10} {'host ms':>8} "
+                     f"{'round trip ms':>13} {'GB/s':>6}")
+        for row in staging["rows"]:
+            lines.append(f"  {row['ranks']:>5} {row['mib']:>5} {row['staged_ms']:>10.2f} "
+                         f"{row['host_only_ms']:>8.2f} {row['round_trip_ms']:>13.2f} "
+                         f"{row['algbw_gb_per_s']:>6.2f}")
     return lines[-1][:300] if lines else "(no output)"
 
 
@@ -338,6 +347,32 @@ def run_bandwidth(runner):
     runner.run("bandwidth", "backend_bandwidth", argv, 120, parse=parse)
 
 
+def run_staging(runner):
+    mib = "1,4" if runner.plan.rehearsal else "1,16,64,256"
+
+    def parse(step, text):
+        rows = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 6 and parts[0].isdigit():
+                rows.append({"ranks": int(parts[0]), "mib": int(parts[1]),
+                             "staged_ms": float(parts[2]), "host_only_ms": float(parts[3]),
+                             "round_trip_ms": float(parts[4]), "algbw_gb_per_s": float(parts[5])})
+        if not rows:
+            raise ValueError("no table in the output")
+        runner.figures["staging"] = {
+            "what": "all_reduce of ranks sharing the device (threads, staged through host memory) "
+                    "beside the host all_reduce alone and one rank's device-host round trip, "
+                    "median ms of 5", "device": runner.plan.backend, "rows": rows}
+        big = rows[-1]
+        step["detail"] = (f"{big['ranks']} ranks, {big['mib']} MiB: staged {big['staged_ms']:.1f} "
+                          f"ms, host alone {big['host_only_ms']:.1f} ms, round trip "
+                          f"{big['round_trip_ms']:.1f} ms")
+    argv = [runner.bin("staging_bench"), "--backend", runner.plan.backend, "--ranks", "2,4",
+            "--mib", mib, "--reps", "5"]
+    runner.run("staging", "staging_bench", argv, 150, parse=parse)
+
+
 def run_all(runner, gpus, find_tool):
     run_tests(runner, gpus)
     run_modes(runner, gpus)
@@ -345,6 +380,7 @@ def run_all(runner, gpus, find_tool):
     run_sanitizer(runner, find_tool)
     run_layer_step(runner)
     run_bandwidth(runner)
+    run_staging(runner)
 
 
 # ---- the summary ------------------------------------------------------------------------------------
@@ -387,4 +423,13 @@ def summary_lines(r):
             goal = {True: "  goal met", False: "  goal not met"}.get(op.get("goal_met"), "")
             lines.append(f"  {op['op']:<16} {op['gb_per_s']:8.1f} GB/s "
                          f"{100 * op['fraction_of_copy']:6.1f}% of copy{goal}")
+    staging = r["figures"].get("staging")
+    if staging:
+        lines.append(f"ranks sharing the device ({staging['device']}; {staging['what']}):")
+        lines.append(f"  {'ranks':>5} {'MiB':>5} {'staged ms':>10} {'host ms':>8} "
+                     f"{'round trip ms':>13} {'GB/s':>6}")
+        for row in staging["rows"]:
+            lines.append(f"  {row['ranks']:>5} {row['mib']:>5} {row['staged_ms']:>10.2f} "
+                         f"{row['host_only_ms']:>8.2f} {row['round_trip_ms']:>13.2f} "
+                         f"{row['algbw_gb_per_s']:>6.2f}")
     return lines

@@ -175,7 +175,7 @@ TEST(ThreadRankDevices, CudaRanksShareTheVisibleDevicesRoundRobin) {
     thread_rank_devices(2, DeviceKind::cuda, 0, "cudaGetDeviceCount: no driver");
     FAIL() << "no error";
   } catch (const ArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs a CUDA device, found 0 (cudaGetDeviceCount: no "
+    EXPECT_NE(std::string(e.what()).find("needs 1 CUDA device, found 0 (cudaGetDeviceCount: no "
                                          "driver)"),
               std::string::npos)
         << e.what();
