@@ -135,15 +135,6 @@ def kill_group(p):
 
 def last_line(text):
     lines = [l for l in text.strip().splitlines() if l.strip()]
-    staging = r["figures"].get("staging")
-    if staging:
-        lines.append(f"ranks sharing the device ({staging['device']}; {staging['what']}):")
-        lines.append(f"  {'ranks':>5} {'MiB':>5} {'staged ms':>10} {'host ms':>8} "
-                     f"{'round trip ms':>13} {'GB/s':>6}")
-        for row in staging["rows"]:
-            lines.append(f"  {row['ranks']:>5} {row['mib']:>5} {row['staged_ms']:>10.2f} "
-                         f"{row['host_only_ms']:>8.2f} {row['round_trip_ms']:>13.2f} "
-                         f"{row['algbw_gb_per_s']:>6.2f}")
     return lines[-1][:300] if lines else "(no output)"
 
 
