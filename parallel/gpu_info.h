@@ -2,7 +2,7 @@
 // are none, why (the runtime's error), and NCCL's version for the banner of `shardscope run
 // --backend cuda` (the devices, driver, runtime and cuBLAS lines come from the CUDA backend's
 // cuda_device_report()). Built in every configuration: without NCCL the count is 0 and the reason
-// says so.
+// says so; with it gpu_info_module.cpp forwards to gpu_info_cuda.cpp in the CUDA module.
 #pragma once
 
 #include <string>
