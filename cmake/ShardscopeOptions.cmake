@@ -73,7 +73,8 @@ endif()
 shardscope_resolve_part(VIZ "${viz_found}"
                         "Dear ImGui with its backends, GLFW 3 and stb: Debian libimgui-dev, libglfw3-dev, libstb-dev")
 
-# shardscope_target_defaults(TARGET): warnings (errors with SHARDSCOPE_WERROR) and sanitizers.
+# shardscope_target_defaults(TARGET): warnings (errors with SHARDSCOPE_WERROR), and for a program
+# the CUDA module as a build dependency.
 # C++ sources get the full warning set; CUDA sources (nvcc) the host compiler's -Wall and nvcc's
 # own warnings, errors too under SHARDSCOPE_WERROR.
 function(shardscope_target_defaults target)
@@ -84,6 +85,12 @@ function(shardscope_target_defaults target)
   if(SHARDSCOPE_WERROR)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
                                              $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+  endif()
+  # Any program may load the CUDA module at run time (--backend cuda, a gpu test): building the
+  # program builds the module, though nothing links it.
+  get_target_property(type ${target} TYPE)
+  if(SHARDSCOPE_HAVE_CUDA AND type STREQUAL "EXECUTABLE")
+    add_dependencies(${target} shardscope_cuda)
   endif()
 endfunction()
 

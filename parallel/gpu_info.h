@@ -2,7 +2,8 @@
 // are none, why (the runtime's error), and NCCL's version for the banner of `shardscope run
 // --backend cuda` (the devices, driver, runtime and cuBLAS lines come from the CUDA backend's
 // cuda_device_report()); and where the NCCL ranks of one node go when ranks are processes. Built
-// in every configuration: without NCCL the count is 0 and the reason says so.
+// in every configuration: without NCCL the count is 0 and the reason says so; with it
+// gpu_info_module.cpp forwards to gpu_info_cuda.cpp in the CUDA module.
 #pragma once
 
 #include <numeric>

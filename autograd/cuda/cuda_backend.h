@@ -1,5 +1,7 @@
 // The CUDA backend's entry points, callable from any build: a build without CUDA links
-// no_cuda.cpp, whose versions report that there is no CUDA backend. The backend itself
+// no_cuda.cpp, whose versions report that there is no CUDA backend; a build with it links
+// cuda_forward.cpp, which forwards them to the CUDA module (libshardscope_cuda.so, loaded on first
+// use by cuda_module.h) where cuda_backend.cu and device_info.cpp define them. The backend itself
 // (cuda_backend.cu) runs the same kernel table as CpuBackend, launching the per-row math of
 // autograd/kernels/, with cuBLAS for GEMMs and a caching allocator for device memory.
 #pragma once
