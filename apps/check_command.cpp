@@ -19,7 +19,12 @@ CLI::App* add_check_subcommand(CLI::App& app, CheckOptions& o) {
   check->add_option("b", o.b, "the reference dump folder")->required();
   check->add_option("--rtol", o.rtol, "relative tolerance")->capture_default_str();
   check->add_option("--atol", o.atol, "absolute tolerance")->capture_default_str();
-  check->add_flag("--shards", o.shards, "also compare the per-rank shard files");
+  check->add_flag("--shards", o.shards,
+                  "also compare the per-rank shard files (both dumps of the same degree)");
+  check->add_option("--only", o.only,
+                    "compare only these tensors: names or shell patterns ('attn.*.grad'), e.g. "
+                    "to check a partial dump");
+  check->add_option("--ignore", o.ignore, "leave these tensors out: names or shell patterns");
   return check;
 }
 
@@ -28,10 +33,25 @@ int check_main(const CheckOptions& o, std::ostream& out, std::ostream& err) {
     err << "shardscope: --rtol and --atol must be finite numbers >= 0\n";
     return 2;
   }
+  CompareOptions options;
+  options.rtol = o.rtol;
+  options.atol = o.atol;
+  options.shards = o.shards;
+  options.only = o.only;
+  options.ignore = o.ignore;
   try {
-    const DumpComparison c = compare_dumps(o.a, o.b, o.rtol, o.atol, o.shards);
+    const DumpComparison c = compare_dumps(o.a, o.b, options);
     print_comparison(c, out);
     return c.passed() ? 0 : 3;
+  } catch (const DegreeMismatchError& e) {
+    err << "shardscope: --shards: " << e.what() << " (drop --shards)\n";
+    return 2;
+  } catch (const ArgumentError& e) {  // an --only or --ignore entry that matches nothing
+    std::string what = e.what();
+    const std::string prefix = "compare_dumps: ";
+    if (what.rfind(prefix, 0) == 0) what = "--" + what.substr(prefix.size());
+    err << "shardscope: " << what << "\n";
+    return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";
     return 1;

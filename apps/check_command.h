@@ -3,6 +3,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -14,6 +15,7 @@ struct CheckOptions {
   std::string a, b;
   double rtol = 0, atol = 0;  // set to io/check.h's defaults by add_check_subcommand
   bool shards = false;
+  std::vector<std::string> only, ignore;  // --only, --ignore: tensor names or patterns
 };
 
 CLI::App* add_check_subcommand(CLI::App& app, CheckOptions& options);

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <fnmatch.h>
+
 #include "io/npy.h"
 
 namespace shardscope {
@@ -135,31 +137,81 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
   return c;
 }
 
-DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b, double rtol,
-                             double atol, bool shards) {
+namespace {
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+// Every entry of `patterns` matches a tensor of one dump or the other.
+void check_patterns_match(const std::vector<std::string>& patterns, const char* field,
+                          const Manifest& ma, const Manifest& mb) {
+  for (const std::string& p : patterns) {
+    bool found = false;
+    for (const Manifest* m : {&ma, &mb}) {
+      for (const ManifestTensor& t : m->tensors) found = found || matches_any({p}, t.name);
+    }
+    if (!found) {
+      throw ArgumentError(std::string("compare_dumps: ") + field + " entry '" + p +
+                          "' matches no tensor of either dump");
+    }
+  }
+}
+
+}  // namespace
+
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
+                             const CompareOptions& o) {
   const Manifest ma = read_manifest(dir_a), mb = read_manifest(dir_b);
-  DumpComparison out{dir_a, dir_b, rtol, atol, {}};
+  if (o.shards && ma.degree != mb.degree) {
+    throw DegreeMismatchError("A (" + dir_a + ") was dumped by " + std::to_string(ma.degree) +
+                              " rank(s) in mode " + ma.mode + ", B (" + dir_b + ") by " +
+                              std::to_string(mb.degree) + " in mode " + mb.mode +
+                              ": their shards do not pair up; compare the full tensors");
+  }
+  check_patterns_match(o.only, "only", ma, mb);
+  check_patterns_match(o.ignore, "ignore", ma, mb);
+  DumpComparison out{dir_a, dir_b, o.rtol, o.atol, {}, 0};
+  const auto wanted = [&](const ManifestTensor& t) {
+    if (!t.full() && !o.shards) return false;
+    const bool keep =
+        (o.only.empty() || matches_any(o.only, t.name)) && !matches_any(o.ignore, t.name);
+    return keep;
+  };
   Context ctx(0);
   auto path = [](const std::string& dir, const ManifestTensor& t) {
     return (std::filesystem::path(dir) / t.file).string();
   };
   for (const ManifestTensor& ea : ma.tensors) {
-    if (!ea.full() && !shards) continue;
+    if (!wanted(ea)) {
+      out.left_out += (ea.full() || o.shards) ? 1 : 0;
+      continue;
+    }
     const ManifestTensor* eb = mb.find(ea.name, ea.rank);
     if (!eb) {
       out.rows.push_back(missing_row(ea, true));
       continue;
     }
     const Tensor a = read_npy(path(dir_a, ea), ctx), b = read_npy(path(dir_b, *eb), ctx);
-    out.rows.push_back(compare_tensors(ea.name, a, b, rtol, atol));
+    out.rows.push_back(compare_tensors(ea.name, a, b, o.rtol, o.atol));
     out.rows.back().rank = ea.rank;
   }
   for (const ManifestTensor& eb : mb.tensors) {
-    if ((eb.full() || shards) && !ma.find(eb.name, eb.rank)) {
-      out.rows.push_back(missing_row(eb, false));
-    }
+    if (wanted(eb) && !ma.find(eb.name, eb.rank)) out.rows.push_back(missing_row(eb, false));
   }
   return out;
+}
+
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b, double rtol,
+                             double atol, bool shards) {
+  CompareOptions options;
+  options.rtol = rtol;
+  options.atol = atol;
+  options.shards = shards;
+  return compare_dumps(dir_a, dir_b, options);
 }
 
 void print_comparison(const DumpComparison& c, std::ostream& out) {
@@ -186,10 +238,13 @@ void print_comparison(const DumpComparison& c, std::ostream& out) {
   std::size_t passed = 0;
   for (const TensorComparison& r : c.rows) passed += r.passed ? 1 : 0;
   if (c.rows.empty()) {
-    out << "FAIL: no tensors to compare (neither manifest lists a full tensor)\n";
+    out << (c.left_out ? "FAIL: no tensors to compare (every one was left out as asked)\n"
+                       : "FAIL: no tensors to compare (neither manifest lists a full tensor)\n");
     return;
   }
-  out << passed << " of " << c.rows.size() << " tensors passed" << (c.passed() ? "\n" : ": FAIL\n");
+  out << passed << " of " << c.rows.size() << " tensors passed";
+  if (c.left_out) out << " (" << c.left_out << " left out as asked)";
+  out << (c.passed() ? "\n" : ": FAIL\n");
 }
 
 }  // namespace shardscope

@@ -37,10 +37,28 @@ struct TensorComparison {
   std::string label() const;  // "input.grad" or "input.grad (rank 1)"
 };
 
+// Two dumps made at different degrees, compared shard by shard: their ranks do not pair up.
+class DegreeMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// What compare_dumps compares. `only` and `ignore` hold tensor names or shell patterns
+// ("attn.*.grad", fnmatch): with `only`, a tensor is compared when it matches one of them; a
+// tensor matching an `ignore` entry is left out. A partial dump (another implementation's output
+// and input gradient, say) is checked with `only`. An entry that matches no tensor of either dump
+// is an ArgumentError naming it, so a misspelt name cannot pass unnoticed.
+struct CompareOptions {
+  double rtol = kDefaultRtol, atol = kDefaultAtol;
+  bool shards = false;  // also the per-rank shard files; both dumps must have the same degree
+  std::vector<std::string> only, ignore;
+};
+
 struct DumpComparison {
   std::string dir_a, dir_b;
   double rtol = kDefaultRtol, atol = kDefaultAtol;
   std::vector<TensorComparison> rows;  // A's order, then the names only B has
+  std::int64_t left_out = 0;           // entries left out by CompareOptions::only / ignore
 
   // True when there is at least one row and every row passed.
   bool passed() const;
@@ -51,13 +69,18 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
                                  double rtol, double atol);
 
 // Reads both manifests (validated; ManifestError or NpyError on a bad dump) and compares the
-// tensors of the same name (and rank, with `shards`).
+// tensors of the same name (and rank, with `shards`). DegreeMismatchError when `shards` is asked
+// of dumps of different degrees.
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
+                             const CompareOptions& options);
 DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
                              double rtol = kDefaultRtol, double atol = kDefaultAtol,
                              bool shards = false);
 
 // The table: tensor, shape, max_abs, max_rel, worst index (with a and b there), result; then
-// "N of M tensors passed".
+// "N of M tensors passed". The worst index is the element furthest past its bound
+// (|a - b| - atol - rtol |b| largest; a NaN or an unmatched infinity first), in the tensor's own
+// dims ([s, b, h] for activations, [in, out] for weights), with its two values.
 void print_comparison(const DumpComparison& comparison, std::ostream& out);
 
 }  // namespace shardscope

@@ -165,6 +165,23 @@ TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
   EXPECT_THAT(r.output, HasSubstr("mlp.fc1.weight.grad"));
   EXPECT_THAT(r.output, HasSubstr("FAIL"));
   EXPECT_THAT(r.output, HasSubstr("28 of 29 tensors passed"));
+  // The perturbed tensor left out, the rest passes; a misspelt name and shards of two degrees are
+  // one line each, exit 2.
+  r = run_cli("check " + tp.string() + " " + single.string() + " --ignore 'mlp.fc1.*'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("25 of 25 tensors passed (4 left out as asked)"));
+  r = run_cli("check " + tp.string() + " " + single.string() + " --only output input.grad");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("2 of 2 tensors passed (27 left out as asked)"));
+  r = run_cli("check " + tp.string() + " " + single.string() + " --only outptu");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("shardscope: --only entry 'outptu' matches no tensor"));
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  r = run_cli("check " + tp.string() + " " + single.string() + " --shards");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("shardscope: --shards: A"));
+  EXPECT_THAT(r.output, HasSubstr("their shards do not pair up"));
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -352,6 +352,51 @@ TEST_F(DumpTest, CompareTensorsHandlesNanInfinityAndDtypes) {
   EXPECT_TRUE(compare_tensors("z", one, one, 0, 0).passed);
 }
 
+// A partial dump (here: B without bias) is checked with `only`; `ignore` leaves tensors out; each
+// entry is a name or a shell pattern, and one that matches nothing is an error naming it.
+TEST_F(DumpTest, CompareDumpsOnlyAndIgnoreSelectTensorsByNameOrPattern) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  const std::string file = b + "/manifest.json";
+  json j = read_json(file);
+  auto& tensors = j["tensors"];
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                               [](const json& t) { return t["name"] == "bias"; }),
+                tensors.end());
+  write_json(file, j);
+  EXPECT_FALSE(compare_dumps(a, b).passed()) << "bias is missing in B";
+  CompareOptions only;
+  only.only = {"act", "w*"};
+  const DumpComparison c = compare_dumps(a, b, only);
+  EXPECT_TRUE(c.passed());
+  ASSERT_EQ(c.rows.size(), 2u);
+  EXPECT_EQ(c.rows[0].name, "act");
+  EXPECT_EQ(c.rows[1].name, "weight");
+  EXPECT_EQ(c.left_out, 3);
+  std::ostringstream table;
+  print_comparison(c, table);
+  EXPECT_THAT(table.str(), HasSubstr("2 of 2 tensors passed (3 left out as asked)"));
+  CompareOptions ignore;
+  ignore.ignore = {"bias"};
+  EXPECT_TRUE(compare_dumps(a, b, ignore).passed());
+  EXPECT_EQ(compare_dumps(a, b, ignore).rows.size(), 4u);
+  ignore.shards = true;
+  EXPECT_EQ(compare_dumps(a, b, ignore).rows.size(), 4u + 2u * 4u) << "shards of the rest too";
+  CompareOptions misspelt;
+  misspelt.only = {"act", "wieght"};
+  EXPECT_THAT([&] { compare_dumps(a, b, misspelt); },
+              ::testing::ThrowsMessage<ArgumentError>(
+                  HasSubstr("only entry 'wieght' matches no tensor of either dump")));
+}
+
+TEST_F(DumpTest, CompareDumpsOfTwoDegreesShardByShardIsOneError) {
+  const std::string one = write_sample("one", 1), two = write_sample("two", 2);
+  EXPECT_EQ(compare_dumps(one, two).rows.size(), 5u) << "the full tensors pair up at any degree";
+  EXPECT_THAT([&] { compare_dumps(one, two, 0, 0, /*shards=*/true); },
+              ::testing::ThrowsMessage<DegreeMismatchError>(
+                  AllOf(HasSubstr("by 1 rank(s) in mode single"), HasSubstr("by 2 in mode tp"),
+                        HasSubstr("their shards do not pair up"))));
+}
+
 TEST_F(DumpTest, ADumpWithNoFullTensorsDoesNotPass) {
   fs::create_directories(dir("empty"));
   write_manifest(dir("empty"), Manifest{});
