@@ -18,7 +18,8 @@ int run_subcommand(const RunOptions& o, std::ostream& out) {
     write_report(o.report_path, report_json(o, result));
     out << "report written to " << o.report_path << "\n";
   }
-  return result.rank0.check.ran && !result.rank0.check.passed ? 3 : 0;
+  if (result.rank0.check.ran && !result.rank0.check.passed) return 3;
+  return result.model_differences.empty() ? 0 : 4;
 }
 
 }  // namespace

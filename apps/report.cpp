@@ -115,6 +115,7 @@ nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
   j["memory"] = memory_json(r);
   j["check"] = check_json(r.rank0.check);
   j["comm"] = comm_json(o, r);
+  j["model_differences"] = r.model_differences;  // empty: memory and traffic equal the models
   return j;
 }
 

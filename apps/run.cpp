@@ -227,6 +227,11 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
                      comm_model(options.spec.layer, options.spec.keep_gathered_input), out);
   }
   print_memory_table(result.memory[0], options.spec.layer, out);
+  const std::vector<CommLine> model =
+      options.spec.layer.mode == ParallelMode::single
+          ? std::vector<CommLine>{}
+          : comm_model(options.spec.layer, options.spec.keep_gathered_input);
+  result.model_differences = model_differences(result.memory, result.rank0.comm, model);
   if (result.memory.size() > 1) {
     out << "other ranks (saved / formula / peak bytes):";
     for (std::size_t r = 1; r < result.memory.size(); ++r) {
@@ -236,6 +241,10 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     }
     out << "\n";
     out.unsetf(std::ios::floatfield);
+  }
+  if (!result.model_differences.empty()) {
+    out << "MEASURED DIFFERS FROM THE MODEL:\n";
+    for (const std::string& d : result.model_differences) out << "  " << d << "\n";
   }
   return result;
 }

@@ -51,6 +51,8 @@ struct RunResult {
   RankRun rank0;                   // steps, comm and check of rank 0
   std::vector<RankMemory> memory;  // one entry per rank; rank 0's with its terms
   bool printed = true;             // false on MPI ranks other than 0
+  // Where the measurements differ from the models (model_differences); empty when they agree.
+  std::vector<std::string> model_differences;
 };
 
 // Runs every rank and prints (on rank 0) the step table, then the check, communication and
@@ -61,5 +63,11 @@ void print_check_table(const CheckResult& check, std::ostream& out);
 void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,
                       std::ostream& out);
 void print_memory_table(const RankMemory& memory, const LayerConfig& config, std::ostream& out);
+// Every place where measured saved-activation bytes (each rank's total, rank 0's terms) or rank 0's
+// collectives (count and ring bytes of the activation and parameter-gradient lines) differ from the
+// models, one line each; empty when everything matches.
+std::vector<std::string> model_differences(const std::vector<RankMemory>& memory,
+                                           const std::vector<CommLine>& measured,
+                                           const std::vector<CommLine>& model);
 
 }  // namespace shardscope

@@ -20,6 +20,19 @@ void print_comm_line(const char* kind, const char* phase, const char* purpose, i
   out << line;
 }
 
+// A line the model does not cover (the loss, the check's own collectives): measured only.
+void print_unmodelled_line(const char* kind, const char* phase, const char* purpose, int count,
+                           double bytes, std::ostream& out) {
+  char line[200];
+  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7d %16.0f %7s %16s  %s\n", kind, phase,
+                purpose, count, bytes, "-", "-", "no model");
+  out << line;
+}
+
+bool is_modelled(const CommLine& line) {
+  return line.purpose == CommPurpose::activation || line.purpose == CommPurpose::param_grad;
+}
+
 }  // namespace
 
 void print_check_table(const CheckResult& check, std::ostream& out) {
@@ -41,7 +54,10 @@ void print_check_table(const CheckResult& check, std::ostream& out) {
 void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,
                       std::ostream& out) {
   char line[200];
-  out << "\ncommunication per rank, step 0 (ring formulas; param_grad, loss and check apart)\n";
+  out << "\ncommunication per rank, step 0: the collectives observed, with the bytes a rank sends "
+         "for each under the ring algorithm (all-reduce 2(t-1)/t of the buffer, all-gather and "
+         "reduce-scatter (t-1)/t of the full tensor, all-to-all (t-1)/t of it), not the bytes "
+         "the communicator moved; the model covers activations and parameter gradients\n";
   std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7s %16s %7s %16s\n", "collective", "phase",
                 "purpose", "calls", "bytes sent", "model", "model bytes");
   out << line;
@@ -52,12 +68,14 @@ void print_comm_table(const std::vector<CommLine>& measured, const std::vector<C
     for (const CommLine& e : model) {
       if (same_key(m, e)) model_count = e.count, model_bytes = e.bytes_sent;
     }
-    const bool modelled =
-        m.purpose == CommPurpose::activation || m.purpose == CommPurpose::param_grad;
     if (m.purpose == CommPurpose::activation) total += m.bytes_sent;
+    if (!is_modelled(m)) {
+      print_unmodelled_line(collective_name(m.kind), phase_name(m.phase),
+                            comm_purpose_name(m.purpose), m.count, m.bytes_sent, out);
+      continue;
+    }
     print_comm_line(collective_name(m.kind), phase_name(m.phase), comm_purpose_name(m.purpose),
-                    m.count, m.bytes_sent, modelled ? model_count : m.count,
-                    modelled ? model_bytes : m.bytes_sent, out);
+                    m.count, m.bytes_sent, model_count, model_bytes, out);
   }
   for (const CommLine& e : model) {
     bool seen = false;
@@ -99,6 +117,49 @@ void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream&
   std::snprintf(line, sizeof line, "%-34s %-53s %12.0f\n", "peak live bytes",
                 "all categories, whole run", m.peak_bytes);
   out << line;
+}
+
+std::vector<std::string> model_differences(const std::vector<RankMemory>& memory,
+                                           const std::vector<CommLine>& measured,
+                                           const std::vector<CommLine>& model) {
+  std::vector<std::string> out;
+  auto bytes = [](double b) { return std::to_string(static_cast<long long>(b)) + " B"; };
+  for (const RankMemory& m : memory) {
+    const std::string rank = "rank " + std::to_string(m.rank) + ": ";
+    if (m.saved_activation_bytes != m.formula_bytes) {
+      out.push_back(rank + "saved activations " + bytes(m.saved_activation_bytes) +
+                    ", the formula " + bytes(m.formula_bytes));
+    }
+    for (const MeasuredTerm& t : m.terms) {
+      if (t.measured_bytes != t.model_bytes) {
+        out.push_back(rank + "term '" + t.what + "' (" + t.scope + "/" + t.op + ") " +
+                      bytes(t.measured_bytes) + ", its formula " + bytes(t.model_bytes));
+      }
+    }
+  }
+  auto name = [](const CommLine& l) {
+    return std::string(collective_name(l.kind)) + " " + phase_name(l.phase) + " " +
+           comm_purpose_name(l.purpose);
+  };
+  for (const CommLine& m : measured) {
+    if (!is_modelled(m)) continue;
+    const CommLine* e = nullptr;
+    for (const CommLine& candidate : model) e = same_key(m, candidate) ? &candidate : e;
+    if (!e) {
+      out.push_back("communication: " + name(m) + " observed (" + std::to_string(m.count) +
+                    " calls, " + bytes(m.bytes_sent) + "), not in the model");
+    } else if (e->count != m.count || e->bytes_sent != m.bytes_sent) {
+      out.push_back("communication: " + name(m) + " " + std::to_string(m.count) + " calls, " +
+                    bytes(m.bytes_sent) + "; the model " + std::to_string(e->count) + " calls, " +
+                    bytes(e->bytes_sent));
+    }
+  }
+  for (const CommLine& e : model) {
+    bool seen = false;
+    for (const CommLine& m : measured) seen = seen || same_key(m, e);
+    if (!seen) out.push_back("communication: " + name(e) + " in the model, never observed");
+  }
+  return out;
 }
 
 }  // namespace shardscope
