@@ -228,13 +228,21 @@ TEST(RingAllGather, MatchesProcessGroupAllGather) {
 // ring_all_reduce's result on rank r against ProcessGroup's.
 ::testing::AssertionResult judge_all_reduce(int t, int r, const RankOutcome& o) {
   const std::size_t n = o.want.size() / static_cast<std::size_t>(t);
+  const std::string what =
+      "ring_all_reduce (t = " + std::to_string(t) + ", rank " + std::to_string(r) + ")";
+  if (t > 1 && o.got.size() == n &&
+      matches("", o.got, slice(o.want, static_cast<std::size_t>(r) * n, n), t)) {
+    return ::testing::AssertionFailure()
+           << what << ": " << n << " elements, expected " << o.want.size()
+           << ": only your own chunk is complete: you returned the reduce-scatter's chunk " << r
+           << "; is the all-gather phase missing? ring_all_gather it to every rank";
+  }
   // The reduce-scatter's result, chunk r, is right but the rest is not: the all-gather is missing.
   const bool own_chunk_only = t > 1 && o.got.size() == o.want.size() &&
                               matches("", slice(o.got, static_cast<std::size_t>(r) * n, n),
                                       slice(o.want, static_cast<std::size_t>(r) * n, n), t);
   return matches(
-      "ring_all_reduce (t = " + std::to_string(t) + ", rank " + std::to_string(r) + ")", o.got,
-      o.want, t,
+      what, o.got, o.want, t,
       Hints()
           .if_times_t("reduced twice: the complete sums went through a second reduction "
                       "(a second reduce-scatter, or an all-gather that adds what it receives "
@@ -491,6 +499,12 @@ TEST(GraderHints, AllReduceWithoutTheAllGatherIsNamed) {
   const ::testing::AssertionResult r = judge_all_reduce(t, 1, ranks[1]);
   ASSERT_FALSE(r);
   EXPECT_THAT(r.message(), ::testing::HasSubstr("only your own chunk is complete"));
+  // The other form: the reduce-scatter's chunk returned as the result.
+  RankOutcome chunk_only = ranks[1];
+  chunk_only.got = slice(chunk_only.want, kChunk, kChunk);
+  const ::testing::AssertionResult c = judge_all_reduce(t, 1, chunk_only);
+  ASSERT_FALSE(c);
+  EXPECT_THAT(c.message(), ::testing::HasSubstr("only your own chunk is complete"));
 }
 #endif
 
