@@ -1,5 +1,6 @@
 // The lab runner: finds labs/NN-*/ in the source tree this binary was built from, builds the lab's
-// test target in this binary's build tree with CMake, and runs it.
+// test target in this binary's build tree with CMake, runs it, and ends with the one line a
+// student needs: how many tests pass and the next TODO (function and file).
 #include "apps/lab_command.h"
 
 #include <sys/wait.h>
@@ -57,6 +58,111 @@ int shell(const std::string& command) {
   std::fflush(stdout);
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// What a run of a lab's tests said, read from GoogleTest's output.
+struct TestRun {
+  int exit_code = -1;
+  int ran = -1, passed = 0;                  // from the closing summary; -1: it never came
+  std::vector<std::string> not_implemented;  // the functions named "not implemented yet", in order
+  std::string first_failed;                  // "Suite.Name" of the first test that failed
+};
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// The identifier that follows `marker` in `line`, or "".
+std::string identifier_after(const std::string& line, const std::string& marker) {
+  const std::size_t at = line.find(marker);
+  if (at == std::string::npos) return "";
+  std::string name;
+  for (std::size_t i = at + marker.size(); i < line.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    if (!std::isalnum(c) && c != '_' && c != ':') break;
+    name += line[i];
+  }
+  return name;
+}
+
+// Reads one line of the test binary's output into `run`; says whether to show it. The run's own
+// lines are shown; of GoogleTest's closing summary, only the counts (its list of the failed tests
+// gives way to the one line lab_main ends with).
+bool read_line(const std::string& line, TestRun& run) {
+  const std::string missing = identifier_after(line, "not implemented yet: ");
+  if (!missing.empty() && std::find(run.not_implemented.begin(), run.not_implemented.end(),
+                                    missing) == run.not_implemented.end()) {
+    run.not_implemented.push_back(missing);
+  }
+  if (run.ran < 0 && starts_with(line, "[==========] ") &&
+      line.find(" ran.") != std::string::npos) {
+    run.ran = std::atoi(line.c_str() + 13);
+    return true;
+  }
+  if (run.ran < 0) {
+    if (run.first_failed.empty() && starts_with(line, "[  FAILED  ] ")) {
+      run.first_failed = line.substr(13, line.find(' ', 13) - 13);
+    }
+    return true;
+  }
+  if (starts_with(line, "[  PASSED  ] ")) {
+    run.passed = std::atoi(line.c_str() + 13);
+    return true;
+  }
+  return false;
+}
+
+// Runs the test command, its output (stdout and stderr together) shown as it comes, but for the
+// end of GoogleTest's summary.
+TestRun run_tests(const std::string& command, std::ostream& out) {
+  TestRun run;
+  out.flush();
+  std::fflush(stdout);
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return run;
+  std::string line;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe)) {
+    line += buffer;
+    if (line.back() != '\n' && !std::feof(pipe)) continue;  // a line longer than the buffer
+    if (read_line(line, run)) out << line << std::flush;
+    line.clear();
+  }
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// The functions the file calls not_implemented("NAME") for, in the file's order.
+std::vector<std::string> todo_order(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string name = identifier_after(line, "not_implemented(\"");
+    if (!name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
+// The one thing to do next: the first TODO of the file (in its order) that a test reported as not
+// implemented yet, else the first failed test.
+std::string next_step(const TestRun& run, const fs::path& file, const std::string& shown) {
+  if (!run.not_implemented.empty()) {
+    std::string name = run.not_implemented.front();
+    for (const std::string& todo : todo_order(file)) {
+      if (std::find(run.not_implemented.begin(), run.not_implemented.end(), todo) !=
+          run.not_implemented.end()) {
+        name = todo;
+        break;
+      }
+    }
+    return "next: implement " + name + " in " + shown;
+  }
+  if (!run.first_failed.empty())
+    return "next: make " + run.first_failed + " pass (its message is above)";
+  return "next: the tests stopped before their summary (exit status " +
+         std::to_string(run.exit_code) + "): see the last test above";
 }
 
 }  // namespace
@@ -118,16 +224,19 @@ int lab_main(const LabOptions& o, std::ostream& out, std::ostream& err) {
         << "above)\n";
     return 1;
   }
-  std::string run = quoted((fs::path(SHARDSCOPE_BINARY_DIR) / "labs" / target).string());
-  if (!o.filter.empty()) run += " --gtest_filter=" + quoted(o.filter);
-  out << "running " << run << "\n";
-  out.flush();
-  const int rc = shell(run);
-  if (rc == 0) {
-    out << "lab " << o.number << " (" << kind << "): every test passes\n";
+  std::string command = quoted((fs::path(SHARDSCOPE_BINARY_DIR) / "labs" / target).string());
+  if (!o.filter.empty()) command += " --gtest_filter=" + quoted(o.filter);
+  out << "running " << command << "\n";
+  const TestRun run = run_tests(command, out);
+  const fs::path file = it->dir / (std::string(kind) + ".cpp");
+  const std::string shown = "labs/" + it->dir.filename().string() + "/" + kind + ".cpp";
+  out << "lab " << o.number << " (" << kind << "): ";
+  if (run.exit_code == 0 && run.ran >= 0) {
+    out << "every test passes (" << run.passed << " of " << run.ran << ")\n";
     return 0;
   }
-  err << "shardscope: lab " << o.number << " (" << kind << "): tests fail (see above)\n";
+  if (run.ran >= 0) out << run.passed << " of " << run.ran << " tests pass; ";
+  out << next_step(run, file, shown) << "\n";
   return 1;
 }
 

@@ -4,6 +4,7 @@
 // framework's own backward on the same inputs and output gradient. On a mismatch the message names
 // the mistake the wrong gradient reproduces (the test computes what each common mistake would
 // give).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,7 +178,7 @@ struct GeluCase {
 
 std::vector<Mistake> gelu_mistakes(const std::vector<double>& x, const std::vector<double>& dy) {
   const double c = kernels::kSqrt2OverPi, k = kernels::kGeluCubic;
-  std::vector<Mistake> m(7);
+  std::vector<Mistake> m(10);
   m[0].hint =
       "this is the derivative of the exact (erf) GeLU, Phi(x) + x phi(x); the framework "
       "uses the tanh approximation (autograd/kernels/gelu.h)";
@@ -191,6 +192,15 @@ std::vector<Mistake> gelu_mistakes(const std::vector<double>& x, const std::vect
   m[4].hint = "du/dx: the derivative of 0.044715 x^3 is 3 * 0.044715 x^2 (the 3 is missing)";
   m[5].hint = "d tanh(u)/du = 1 - tanh(u)^2, not 1 - tanh(u)";
   m[6].hint = "this is gelu(x) * dy, the forward value, not the derivative";
+  m[7].hint =
+      "twice the derivative: the factor 0.5 of gelu(x) = 0.5 x (1 + tanh(u)) is missing from "
+      "both product-rule terms";
+  m[8].hint =
+      "the first product-rule term is 0.5 (1 + tanh(u)): its 0.5 is missing (the second term is "
+      "right)";
+  m[9].hint =
+      "the second product-rule term is 0.5 x (1 - tanh(u)^2) du/dx: its 0.5 is missing (the "
+      "first term is right)";
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
     const double t = std::tanh(c * (v + k * v * v * v));
@@ -205,18 +215,26 @@ std::vector<Mistake> gelu_mistakes(const std::vector<double>& x, const std::vect
     m[5].would_give.push_back(
         dy[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t) * c * (1.0 + 3.0 * k * v * v)));
     m[6].would_give.push_back(dy[i] * kernels::gelu(v));
+    const double du = c * (1.0 + 3.0 * k * v * v);
+    m[7].would_give.push_back(dy[i] * ((1.0 + t) + v * (1.0 - t * t) * du));
+    m[8].would_give.push_back(dy[i] * ((1.0 + t) + 0.5 * v * (1.0 - t * t) * du));
+    m[9].would_give.push_back(dy[i] * (0.5 * (1.0 + t) + v * (1.0 - t * t) * du));
   }
   return m;
+}
+
+// A gelu dx against the framework's on the case's x and dy.
+::testing::AssertionResult judge_gelu(GeluCase& c, const std::vector<double>& got) {
+  const Op framework = [](const std::vector<Tensor>& in) { return gelu(in[0]); };
+  const std::vector<double> want = gradients(framework, {c.x}, c.dy)[0];
+  return judge("gelu dx", got, want, gelu_mistakes(c.x.to_vector(), c.dy.to_vector()),
+               "check each factor of the product rule on 0.5 x (1 + tanh(u))");
 }
 
 TEST(GeluBackward, MatchesTheFrameworksBackward) {
   GeluCase c;
   const Op lab = [](const std::vector<Tensor>& in) { return lab_gelu(in[0]); };
-  const Op framework = [](const std::vector<Tensor>& in) { return gelu(in[0]); };
-  const std::vector<double> got = gradients(lab, {c.x}, c.dy)[0];
-  const std::vector<double> want = gradients(framework, {c.x}, c.dy)[0];
-  EXPECT_TRUE(judge("gelu dx", got, want, gelu_mistakes(c.x.to_vector(), c.dy.to_vector()),
-                    "check each factor of the product rule on 0.5 x (1 + tanh(u))"));
+  EXPECT_TRUE(judge_gelu(c, gradients(lab, {c.x}, c.dy)[0]));
 }
 
 TEST(GeluBackward, PassesTheGradientCheck) {
@@ -275,7 +293,7 @@ LayerNormPieces pieces(const LayerNormCase& c, double var_divisor_offset = 0.0, 
   return p;
 }
 
-// dx = rstd (dxhat - a * mean(dxhat) - b * xhat * mean(dxhat xhat)), a and b in {0, 1}; with
+// dx = rstd (dxhat - a * mean(dxhat) - b * xhat * mean(dxhat xhat)), a and b in {-1, 0, 1}; with
 // `gamma` false, dxhat = dy.
 std::vector<double> layernorm_dx(const LayerNormCase& c, const LayerNormPieces& p, double a,
                                  double b, bool gamma = true) {
@@ -355,8 +373,9 @@ TEST(LayerNormBackward, DgammaMatchesTheFrameworks) {
                     mistakes, "dgamma = sum over rows of dy * xhat"));
 }
 
-TEST(LayerNormBackward, DxMatchesTheFrameworks) {
-  LayerNormCase c;
+// A LayerNorm dx against the framework's on the case's inputs.
+::testing::AssertionResult judge_layernorm_dx(const LayerNormCase& c,
+                                              const std::vector<double>& got) {
   const LayerNormPieces p = pieces(c);
   const std::vector<Mistake> mistakes{
       {layernorm_dx(c, p, 0.0, 0.0),
@@ -370,10 +389,23 @@ TEST(LayerNormBackward, DxMatchesTheFrameworks) {
       {layernorm_dx(c, pieces(c, -1.0), 1.0, 1.0),
        "the variance is biased: divide by h, not h - 1"},
       {layernorm_dx(c, pieces(c, 0.0, 0.0), 1.0, 1.0),
-       "rstd = 1 / sqrt(var + eps): eps is missing"}};
-  EXPECT_TRUE(judge("dx", layernorm_gradients(c, true)[0], layernorm_gradients(c, false)[0],
-                    mistakes,
-                    "compare with dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))"));
+       "rstd = 1 / sqrt(var + eps): eps is missing"},
+      {layernorm_dx(c, p, -1.0, 1.0),
+       "the sign of the mean term is flipped: dx = rstd (dxhat - mean(dxhat) - xhat "
+       "mean(dxhat xhat)), minus mean(dxhat), not plus"},
+      {layernorm_dx(c, p, 1.0, -1.0),
+       "the sign of the variance term is flipped: dx = rstd (dxhat - mean(dxhat) - xhat "
+       "mean(dxhat xhat)), minus xhat mean(dxhat xhat), not plus"},
+      {layernorm_dx(c, p, -1.0, -1.0),
+       "the signs of both mean terms are flipped: dx = rstd (dxhat - mean(dxhat) - xhat "
+       "mean(dxhat xhat))"}};
+  return judge("dx", got, layernorm_gradients(c, false)[0], mistakes,
+               "compare with dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))");
+}
+
+TEST(LayerNormBackward, DxMatchesTheFrameworks) {
+  LayerNormCase c;
+  EXPECT_TRUE(judge_layernorm_dx(c, layernorm_gradients(c, true)[0]));
 }
 
 TEST(LayerNormBackward, PassesTheGradientCheck) {
@@ -450,6 +482,77 @@ TEST(SoftmaxBackward, CausalPassesTheGradientCheck) {
   const Tensor x = leaf(ctx, {2, 4, 4}, 33, 1.5, 0.0, "x");
   expect_gradcheck([](const std::vector<Tensor>& in) { return lab_softmax(in[0], true); }, {x});
 }
+
+#ifdef SHARDSCOPE_LAB_GRADER_TESTS
+// ---- the graders' own tests (the instructor's tree only) ----------------------------------------
+// Planted student mistakes, judged by the helpers the lab's tests use: the hint must name each.
+
+// The planted gelu_backward: the 0.5 of gelu(x) = 0.5 x (1 + tanh(u)) dropped from one term (the
+// first, the second) or from both.
+std::vector<double> gelu_backward_without_half(const std::vector<double>& x,
+                                               const std::vector<double>& dy, bool first,
+                                               bool second) {
+  std::vector<double> dx;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], c = kernels::kSqrt2OverPi, k = kernels::kGeluCubic;
+    const double t = std::tanh(c * (v + k * v * v * v));
+    const double du = c * (1.0 + 3.0 * k * v * v);
+    dx.push_back(dy[i] *
+                 ((first ? 1.0 : 0.5) * (1.0 + t) + (second ? 1.0 : 0.5) * v * (1.0 - t * t) * du));
+  }
+  return dx;
+}
+
+void expect_gelu_hint(bool first, bool second, const std::string& hint) {
+  GeluCase c;
+  const ::testing::AssertionResult r =
+      judge_gelu(c, gelu_backward_without_half(c.x.to_vector(), c.dy.to_vector(), first, second));
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.message(), ::testing::HasSubstr(hint));
+}
+
+TEST(GraderHints, GeluWithoutItsHalfIsNamed) {
+  expect_gelu_hint(true, true, "the factor 0.5 of gelu(x) = 0.5 x (1 + tanh(u)) is missing");
+  expect_gelu_hint(true, false, "the first product-rule term is 0.5 (1 + tanh(u)): its 0.5 is");
+  expect_gelu_hint(false, true, "the second product-rule term is 0.5 x (1 - tanh(u)^2) du/dx");
+}
+
+// The planted layernorm_backward's dx: one of the two mean terms added instead of subtracted.
+std::vector<double> layernorm_dx_with_flipped_sign(const LayerNormCase& c, bool mean_term) {
+  const std::vector<double> x = c.x.to_vector(), g = c.gamma.to_vector(), dy = c.dy.to_vector();
+  const std::int64_t h = c.h();
+  const double n = static_cast<double>(h);
+  std::vector<double> dx;
+  for (std::int64_t r = 0; r < c.rows(); ++r) {
+    const auto row = x.begin() + r * h;
+    double mean = 0.0, var = 0.0, s1 = 0.0, s2 = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) mean += row[j] / n;
+    for (std::int64_t j = 0; j < h; ++j) var += (row[j] - mean) * (row[j] - mean) / n;
+    const double rstd = 1.0 / std::sqrt(var + kEps);
+    for (std::int64_t j = 0; j < h; ++j) {
+      s1 += dy[at(r * h + j)] * g[at(j)] / n;
+      s2 += dy[at(r * h + j)] * g[at(j)] * (row[j] - mean) * rstd / n;
+    }
+    for (std::int64_t j = 0; j < h; ++j) {
+      const double dxhat = dy[at(r * h + j)] * g[at(j)], xhat = (row[j] - mean) * rstd;
+      dx.push_back(mean_term ? rstd * (dxhat + s1 - xhat * s2) : rstd * (dxhat - s1 + xhat * s2));
+    }
+  }
+  return dx;
+}
+
+TEST(GraderHints, LayerNormDxWithAFlippedSignIsNamed) {
+  LayerNormCase c;
+  for (bool mean_term : {true, false}) {
+    const ::testing::AssertionResult r =
+        judge_layernorm_dx(c, layernorm_dx_with_flipped_sign(c, mean_term));
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.message(),
+                ::testing::HasSubstr(mean_term ? "the sign of the mean term is flipped"
+                                               : "the sign of the variance term is flipped"));
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace shardscope::labs

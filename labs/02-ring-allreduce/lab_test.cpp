@@ -6,6 +6,7 @@
 // ring against ThreadComm's built-in all-reduce, and a disabled stretch test for uneven chunks.
 #include "labs/02-ring-allreduce/lab.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,6 +225,39 @@ TEST(RingAllGather, MatchesProcessGroupAllGather) {
   }
 }
 
+// ring_all_reduce's result on rank r against ProcessGroup's.
+::testing::AssertionResult judge_all_reduce(int t, int r, const RankOutcome& o) {
+  const std::size_t n = o.want.size() / static_cast<std::size_t>(t);
+  const std::string what =
+      "ring_all_reduce (t = " + std::to_string(t) + ", rank " + std::to_string(r) + ")";
+  if (t > 1 && o.got.size() == n &&
+      matches("", o.got, slice(o.want, static_cast<std::size_t>(r) * n, n), t)) {
+    return ::testing::AssertionFailure()
+           << what << ": " << n << " elements, expected " << o.want.size()
+           << ": only your own chunk is complete: you returned the reduce-scatter's chunk " << r
+           << "; is the all-gather phase missing? ring_all_gather it to every rank";
+  }
+  // The reduce-scatter's result, chunk r, is right but the rest is not: the all-gather is missing.
+  const bool own_chunk_only = t > 1 && o.got.size() == o.want.size() &&
+                              matches("", slice(o.got, static_cast<std::size_t>(r) * n, n),
+                                      slice(o.want, static_cast<std::size_t>(r) * n, n), t);
+  return matches(
+      what, o.got, o.want, t,
+      Hints()
+          .if_times_t("reduced twice: the complete sums went through a second reduction "
+                      "(a second reduce-scatter, or an all-gather that adds what it receives "
+                      "to sums instead of copying it)")
+          .if_over_t("averaged instead of summed?")
+          .if_zeros("is the all-gather's result returned?")
+          .otherwise(own_chunk_only
+                         ? "only your own chunk is complete: chunk " + std::to_string(r) +
+                               " holds the sum, the other chunks do not; is the all-gather phase "
+                               "missing? After the reduce-scatter, ring_all_gather the complete "
+                               "chunk to every rank"
+                         : "ring_all_reduce is ring_reduce_scatter, then ring_all_gather of its "
+                           "result: do the RingReduceScatter and RingAllGather tests pass?"));
+}
+
 TEST(RingAllReduce, MatchesProcessGroupAllReduce) {
   bool two_passed = false;
   for (int t : kDegrees) {
@@ -238,18 +272,7 @@ TEST(RingAllReduce, MatchesProcessGroupAllReduce) {
     });
     bool all_ok = true;
     for (int r = 0; r < t; ++r) {
-      const RankOutcome& o = ranks[static_cast<std::size_t>(r)];
-      const auto result = matches(
-          "ring_all_reduce (t = " + std::to_string(t) + ", rank " + std::to_string(r) + ")", o.got,
-          o.want, t,
-          Hints()
-              .if_times_t("reduced twice: the complete sums went through a second reduction "
-                          "(a second reduce-scatter, or an all-gather that adds what it receives "
-                          "to sums instead of copying it)")
-              .if_over_t("averaged instead of summed?")
-              .if_zeros("is the all-gather's result returned?")
-              .otherwise("ring_all_reduce is ring_reduce_scatter, then ring_all_gather of its "
-                         "result: do the RingReduceScatter and RingAllGather tests pass?"));
+      const auto result = judge_all_reduce(t, r, ranks[static_cast<std::size_t>(r)]);
       if (result) continue;
       all_ok = false;
       EXPECT_TRUE(result) << indexing_hint(t, two_passed);
@@ -454,6 +477,36 @@ TEST(RingStretch, DISABLED_UnevenChunks) {
     }
   }
 }
+
+#ifdef SHARDSCOPE_LAB_GRADER_TESTS
+// ---- the graders' own tests (the instructor's tree only) ----------------------------------------
+// A planted student mistake, judged by the helper the lab's test uses: the hint must name it.
+
+TEST(GraderHints, AllReduceWithoutTheAllGatherIsNamed) {
+  constexpr int t = 4;
+  const auto ranks = run_ranks(t, [&](RankEnv& env, CountingComm& /*comm*/, RankOutcome& o) {
+    o.input = rank_input(env.ctx, kChunk * t, env.rank, t);
+    // The planted ring_all_reduce: the reduce-scatter into chunk r, and no all-gather.
+    const std::vector<double> mine =
+        env.group.reduce_scatter(as_tensor(env.ctx, o.input)).to_vector();
+    o.got = o.input;
+    std::copy(mine.begin(), mine.end(),
+              o.got.begin() + static_cast<std::ptrdiff_t>(env.rank * kChunk));
+    Tensor want = as_tensor(env.ctx, o.input);
+    env.group.all_reduce(want, ReduceOp::sum);
+    o.want = want.to_vector();
+  });
+  const ::testing::AssertionResult r = judge_all_reduce(t, 1, ranks[1]);
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.message(), ::testing::HasSubstr("only your own chunk is complete"));
+  // The other form: the reduce-scatter's chunk returned as the result.
+  RankOutcome chunk_only = ranks[1];
+  chunk_only.got = slice(chunk_only.want, kChunk, kChunk);
+  const ::testing::AssertionResult c = judge_all_reduce(t, 1, chunk_only);
+  ASSERT_FALSE(c);
+  EXPECT_THAT(c.message(), ::testing::HasSubstr("only your own chunk is complete"));
+}
+#endif
 
 }  // namespace
 }  // namespace shardscope::labs

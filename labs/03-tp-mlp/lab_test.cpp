@@ -3,6 +3,7 @@
 // and the collectives each one issues. A failure names the likely mistake when the result stands
 // in a recognisable relation to the right one (a factor of t, a partial sum, a bias counted t
 // times, a transposed slice).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -154,6 +155,18 @@ TEST(FOperator, BackwardAllReducesTheGradient) {
 
 // ---- task 2: g ---------------------------------------------------------------------------------
 
+// g's output on rank r against the sum of the ranks' inputs (`own` is this rank's input).
+::testing::AssertionResult judge_g_output(int t, int r, const Values& got, const Values& want,
+                                          const Values& own) {
+  return judge("g's output" + at(t, r), got, want, t,
+               Hints()
+                   .if_times_t("the partial sums were all-reduced twice")
+                   .if_over_t("g must sum the partial outputs: you averaged them (divided by t)"),
+               {{own,
+                 "g's output is this rank's own partial term: g's forward must all-reduce (sum) "
+                 "the ranks' tensors"}});
+}
+
 TEST(GOperator, ForwardAllReducesThePartialSums) {
   for (int t : kDegrees) {
     const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
@@ -169,12 +182,7 @@ TEST(GOperator, ForwardAllReducesThePartialSums) {
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
-      EXPECT_ON_RANK(checks, r,
-                     judge("g's output" + at(t, r), res["y"], want, t,
-                           Hints().if_times_t("the partial sums were all-reduced twice"),
-                           {{res["x"],
-                             "g's output is this rank's own partial term: g's forward must "
-                             "all-reduce (sum) the ranks' tensors"}}));
+      EXPECT_ON_RANK(checks, r, judge_g_output(t, r, res["y"], want, res["x"]));
       EXPECT_ON_RANK(checks, r,
                      judge("g's input x after g" + at(t, r), res["x.after"], res["x"], t,
                            Hints().otherwise("g changed its input in place: all-reduce a clone "
@@ -570,6 +578,27 @@ TEST(ParallelMlp, IssuesOneAllReduceInForwardAndOneInBackward) {
     }
   }
 }
+
+#ifdef SHARDSCOPE_LAB_GRADER_TESTS
+// ---- the graders' own tests (the instructor's tree only) ----------------------------------------
+// A planted student mistake, judged by the helper the lab's test uses: the hint must name it.
+
+TEST(GraderHints, GThatAveragesIsNamed) {
+  constexpr int t = 2;
+  const std::vector<RankResult> ranks = run_ranks(t, [](RankEnv& env, RankResult& out) {
+    const Tensor x = leaf(env.ctx, kInputShape, kSeedPerRank + env.rank);
+    out.keep("x", x);
+    Tensor y = x.clone();  // the planted g: the sum over ranks, then 1/t
+    env.group.all_reduce(y, ReduceOp::sum);
+    out.keep("y", scale(y, 1.0 / env.group.size()));
+  });
+  const Values want = sum_of(per_rank(ranks, "x"));
+  const ::testing::AssertionResult r = judge_g_output(t, 0, ranks[0]["y"], want, ranks[0]["x"]);
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.message(), ::testing::HasSubstr("g must sum the partial outputs: you averaged them "
+                                                "(divided by t)"));
+}
+#endif
 
 }  // namespace
 }  // namespace shardscope::labs

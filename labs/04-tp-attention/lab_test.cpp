@@ -5,6 +5,7 @@
 // (parallel/memory_model.h) and against the MemoryLedger's measurement of the student's own
 // attention. A failure names the likely mistake when the result stands in a recognisable
 // relation to the right one.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "parallel/attention_core.h"
 #include "parallel/collective_ops.h"
 #include "parallel/memory_model.h"
+#include "parallel/parallel_linear.h"
 #include "parallel/spmd.h"
 #include "parallel/transformer_layer.h"
 
@@ -247,40 +249,119 @@ TEST(ShardAttentionWeights, HoldThisRanksHeads) {
 
 // ---- task 2: the attention ---------------------------------------------------------------------
 
+// Three mistakes of the attention math itself, each wrong at t = 1 already.
+enum class MathBug {
+  none,
+  scale_by_h,         // scores scaled by 1/sqrt(h), not 1/sqrt(d) = 1/sqrt(h/a)
+  scale_by_h_over_t,  // 1/sqrt(h/t): the local width
+  qkv_blocks,         // the local qkv read as [q | k | v] blocks, not grouped by head
+  merge_d_major,      // the heads merged as [s, b, d, heads], not [s, b, heads, d]
+};
+
+// The attention block (dropout 0) as t ranks with `bug` would compute it, on one device from the
+// full weights: the sum of the ranks' projected contexts, plus the bias.
+Values attention_with(const LayerConfig& c, const Tensor& x, const AttentionWeights& full, int t,
+                      MathBug bug) {
+  const std::int64_t s = c.seq, b = c.batch, heads = c.heads / t, d = c.head_dim();
+  const double width = bug == MathBug::scale_by_h          ? static_cast<double>(c.hidden)
+                       : bug == MathBug::scale_by_h_over_t ? static_cast<double>(c.hidden / t)
+                                                           : static_cast<double>(d);
+  Tensor sum;
+  for (int r = 0; r < t; ++r) {
+    const Tensor qkv = add(matmul(x, slice_of_full(full.qkv_weight, Placement::shard(1), r, t)),
+                           slice_of_full(full.qkv_bias, Placement::shard(0), r, t));
+    const std::vector<Tensor> parts =
+        bug == MathBug::qkv_blocks
+            ? chunk(permute(reshape(qkv, {s, b, 3, heads, d}), {2, 1, 3, 0, 4}), 0, 3)
+            : chunk(permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4}), 0, 3);
+    auto part = [&](int i) {
+      return reshape(parts[static_cast<std::size_t>(i)], {b, heads, s, d});
+    };
+    const Tensor probs = softmax(
+        scale(matmul(part(0), part(1), /*transpose_b=*/true), 1.0 / std::sqrt(width)), c.causal);
+    const Tensor context =
+        reshape(permute(matmul(probs, part(2)), bug == MathBug::merge_d_major
+                                                    ? std::vector<int>{2, 0, 3, 1}
+                                                    : std::vector<int>{2, 0, 1, 3}),
+                {s, b, heads * d});
+    const Tensor term = matmul(context, slice_of_full(full.proj_weight, Placement::shard(0), r, t));
+    sum = sum.defined() ? add(sum, term) : term;
+  }
+  return values_of(add(sum, full.proj_bias));
+}
+
+const char* const kWrongAtOneRank =
+    "wrong at t = 1 too, so the attention math is off, not the "
+    "parallel part";
+
+// The attention output (dropout 0) of rank r at degree t against the single-device one; a mistake
+// of the attention math is named by computing each suspect's output. `wrong_at_one_rank`: the
+// output was wrong at t = 1 already.
+::testing::AssertionResult judge_forward(const LayerConfig& c, const AttentionReference& ref, int t,
+                                         int r, const Values& got, bool wrong_at_one_rank) {
+  LayerConfig bidirectional = c;
+  bidirectional.causal = false;
+  const Values b = values_of(ref.full.proj_bias);
+  const Values partial =
+      values_of(reference_partial(c, ref.x, ref.full, r, t, r * (c.heads / t), c));
+  const std::vector<Suspect> suspects = {
+      {plus_times(ref.y, b, t - 1.0),
+       "output = want + (t - 1) x the projection's bias: is the bias added on every rank "
+       "before the all-reduce? Add it once, after g"},
+      {plus_times(partial, b, 1.0),
+       "the output is this rank's Partial term plus the bias: is g's all-reduce after the "
+       "output projection missing?"},
+      {values_of(reference_attention(bidirectional, ref.x, ref.full)),
+       "the output is the attention without the causal mask: softmax(scores, config.causal)"},
+      {attention_with(c, ref.x, ref.full, t, MathBug::scale_by_h),
+       "the scores are scaled by 1/sqrt(h): the scale is 1/sqrt(d), d = h/a the head dim"},
+      {attention_with(c, ref.x, ref.full, t, MathBug::scale_by_h_over_t),
+       "the scores are scaled by 1/sqrt(h/t), the local width: the scale is 1/sqrt(d), d = h/a "
+       "the head dim, whatever t"},
+      {attention_with(c, ref.x, ref.full, t, MathBug::qkv_blocks),
+       "your q, k and v are [q | k | v] blocks of the local qkv: it is grouped by head, "
+       "[s, b, a/t, 3, d] (with one head per rank, t = 4, the two layouts coincide)"},
+      {attention_with(c, ref.x, ref.full, t, MathBug::merge_d_major),
+       "the heads are merged as [s, b, d, a/t]: merge them head-major, [s, b, a/t, d] -> "
+       "[s, b, a/t * d] (with one head per rank, t = 4, the two orders coincide)"}};
+  ::testing::AssertionResult result =
+      judge("attention output, dropout 0" + at(t, r), got, ref.y, t,
+            Hints()
+                .if_times_t("is the output all-reduced twice?")
+                .otherwise("check the head split: the local qkv [s, b, 3h/t] is "
+                           "[s, b, a/t, 3, d] (grouped by head, then q, k, v); scores "
+                           "are q k^T / sqrt(d) with d = h/a; the merged context is "
+                           "[s, b, a/t * d] in head order"),
+            suspects);
+  if (result) return result;
+  if (t == 1) {
+    return ::testing::AssertionFailure()
+           << result.message() << "; at t = 1 (one rank, no communication) the attention math "
+           << "is off, not the parallel part";
+  }
+  if (wrong_at_one_rank) {
+    return ::testing::AssertionFailure() << result.message() << "; " << kWrongAtOneRank;
+  }
+  return result;
+}
+
+// t = 1 and 2 stay in the loop: a head split or merge in the wrong order passes at t = 4 (one head
+// per rank).
 TEST(ParallelAttention, ForwardMatchesWithoutDropout) {
+  bool wrong_at_one_rank = false;
   for (int t : kDegrees) {
     const LayerConfig c = test_config(t, 0.0);
     Context ctx;
     const AttentionReference ref = reference_run(ctx, c);
     const std::vector<RankResult> ranks = run_attention(t, 0.0, false);
     NoGradGuard no_grad(ctx);
-    LayerConfig bidirectional = c;
-    bidirectional.causal = false;
-    const Values b = values_of(ref.full.proj_bias);
     RankChecks checks;
     for (int r = 0; r < t; ++r) {
       const RankResult& res = ranks[static_cast<std::size_t>(r)];
-      const Values partial =
-          values_of(reference_partial(c, ref.x, ref.full, r, t, r * (c.heads / t), c));
-      const std::vector<Suspect> suspects = {
-          {plus_times(ref.y, b, t - 1.0),
-           "output = want + (t - 1) x the projection's bias: is the bias added on every rank "
-           "before the all-reduce? Add it once, after g"},
-          {plus_times(partial, b, 1.0),
-           "the output is this rank's Partial term plus the bias: is g's all-reduce after the "
-           "output projection missing?"},
-          {values_of(reference_attention(bidirectional, ref.x, ref.full)),
-           "the output is the attention without the causal mask: softmax(scores, config.causal)"}};
-      EXPECT_ON_RANK(
-          checks, r,
-          judge("attention output, dropout 0" + at(t, r), res["y"], ref.y, t,
-                Hints()
-                    .if_times_t("is the output all-reduced twice?")
-                    .otherwise("check the head split: the local qkv [s, b, 3h/t] is "
-                               "[s, b, a/t, 3, d] (grouped by head, then q, k, v); scores "
-                               "are q k^T / sqrt(d) with d = h/a; the merged context is "
-                               "[s, b, a/t * d] in head order"),
-                suspects));
+      const ::testing::AssertionResult result =
+          judge_forward(c, ref, t, r, res["y"], wrong_at_one_rank);
+      if (t == 1 && !result) wrong_at_one_rank = true;
+      EXPECT_ON_RANK(checks, r, result);
       EXPECT_ON_RANK(checks, r,
                      placement_is("attention output" + at(t, r), res.placement, kReplicated,
                                   "after the row-parallel projection the output is Replicate"));
@@ -632,6 +713,77 @@ TEST(ActivationMemory, PredictionMatchesTheMeasurementOfYourAttention) {
                 << wrong.size() << " of " << runs << " runs:" << lines << "\n"
                 << diagnosis;
 }
+
+#ifdef SHARDSCOPE_LAB_GRADER_TESTS
+// ---- the graders' own tests (the instructor's tree only) ----------------------------------------
+// Planted student mistakes, judged by the helper the lab's test uses: the hint must name each.
+
+// The planted parallel_attention (dropout 0): the solution's steps with one of the mistakes.
+ParallelTensor planted_attention(ProcessGroup& group, const LayerConfig& c, const ParallelTensor& x,
+                                 const AttentionWeights& w, MathBug bug) {
+  const std::int64_t s = c.seq, b = c.batch, heads = c.heads / group.size(), d = c.head_dim();
+  const Tensor qkv = column_parallel_linear(group, x, w.qkv_weight, w.qkv_bias, {}).local;
+  const std::vector<Tensor> parts =
+      bug == MathBug::qkv_blocks  // [s, b, 3, heads, d]: the [q | k | v] reading
+          ? chunk(permute(reshape(qkv, {s, b, 3, heads, d}), {2, 1, 3, 0, 4}), 0, 3)
+          : chunk(permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4}), 0, 3);
+  const Tensor q = reshape(parts[0], {b, heads, s, d}), k = reshape(parts[1], {b, heads, s, d});
+  const Tensor v = reshape(parts[2], {b, heads, s, d});
+  const double width = static_cast<double>(bug == MathBug::scale_by_h ? c.hidden : d);
+  const Tensor probs = softmax(scale(matmul(q, k, true), 1.0 / std::sqrt(width)), c.causal);
+  const std::vector<int> merge =
+      bug == MathBug::merge_d_major ? std::vector<int>{2, 0, 3, 1} : std::vector<int>{2, 0, 1, 3};
+  const Tensor context = reshape(permute(matmul(probs, v), merge), {s, b, heads * d});
+  return row_parallel_linear(
+      group, ParallelTensor::make(context, Placement::shard(2), input_shape(c), group.size()),
+      w.proj_weight, w.proj_bias, {});
+}
+
+// The planted mistake's message at t = 1 and t = 2 (rank 0 of each).
+std::vector<std::string> planted_messages(MathBug bug) {
+  std::vector<std::string> messages;
+  bool wrong_at_one_rank = false;
+  for (int t : {1, 2}) {
+    const LayerConfig c = test_config(t, 0.0);
+    Context ctx;
+    const AttentionReference ref = reference_run(ctx, c);
+    const std::vector<RankResult> ranks = run_ranks(t, [&c, bug](RankEnv& env, RankResult& out) {
+      const AttentionWeights shards = reference_shards(env.group, full_weights(env.ctx, c));
+      const Tensor x = leaf(env.ctx, input_shape(c), kSeedX);
+      out.keep("y", planted_attention(env.group, c,
+                                      ParallelTensor{x, Placement::replicate(), input_shape(c)},
+                                      shards, bug)
+                        .local);
+    });
+    NoGradGuard no_grad(ctx);
+    const ::testing::AssertionResult r =
+        judge_forward(c, ref, t, 0, ranks[0]["y"], wrong_at_one_rank);
+    wrong_at_one_rank = wrong_at_one_rank || !r;
+    messages.push_back(r ? "(passes)" : r.message());
+  }
+  return messages;
+}
+
+void expect_named(MathBug bug, const std::string& hint) {
+  const std::vector<std::string> m = planted_messages(bug);
+  EXPECT_THAT(m[0], ::testing::HasSubstr(hint));
+  EXPECT_THAT(m[0], ::testing::HasSubstr("at t = 1 (one rank, no communication)"));
+  EXPECT_THAT(m[1], ::testing::HasSubstr(hint));
+  EXPECT_THAT(m[1], ::testing::HasSubstr(kWrongAtOneRank));
+}
+
+TEST(GraderHints, ScoresScaledByOneOverSqrtHAreNamed) {
+  expect_named(MathBug::scale_by_h, "the scores are scaled by 1/sqrt(h):");
+}
+
+TEST(GraderHints, AQkvSplitInBlocksIsNamed) {
+  expect_named(MathBug::qkv_blocks, "your q, k and v are [q | k | v] blocks of the local qkv");
+}
+
+TEST(GraderHints, HeadsMergedDimensionMajorAreNamed) {
+  expect_named(MathBug::merge_d_major, "the heads are merged as [s, b, d, a/t]");
+}
+#endif
 
 }  // namespace
 }  // namespace shardscope::labs

@@ -4,6 +4,7 @@
 // full tensors from fixed seeds and takes its columns, so each can check its own shard. On a
 // mismatch the message names the mistake the wrong values reproduce (the tests compute what each
 // common mistake would give).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -375,9 +376,10 @@ TEST(DistributedLayerNorm, Task3_BackwardRowSumsAreThoseOfTheFullRows) {
 
 // ---- Task 4 -------------------------------------------------------------------------------------
 
-// dx with the row sums of this rank's features only (no all-reduce), or divided by f/t.
+// dx with the row sums of this rank's features only (no all-reduce), or divided by f/t, or
+// without the factor rstd in front.
 std::vector<double> dx_variant(const Case& c, const SingleDevice& s, bool all_reduced,
-                               double divisor) {
+                               double divisor, bool times_rstd = true) {
   std::vector<double> dx;
   for (std::int64_t r = 0; r < kRows; ++r) {
     double s1 = 0, s2 = 0;
@@ -392,10 +394,30 @@ std::vector<double> dx_variant(const Case& c, const SingleDevice& s, bool all_re
       const std::size_t i = at(r * kF + j);
       const double xhat = (c.x_full[i] - s.mean[at(r)]) * s.rstd[at(r)];
       const double dxhat = c.dy_full[i] * c.gamma_full[at(j)];
-      dx.push_back(s.rstd[at(r)] * (dxhat - s1 / divisor - xhat * s2 / divisor));
+      dx.push_back((times_rstd ? s.rstd[at(r)] : 1.0) *
+                   (dxhat - s1 / divisor - xhat * s2 / divisor));
     }
   }
   return dx;
+}
+
+// dx on this rank against its columns of the single-device dx.
+::testing::AssertionResult judge_dx(const Case& c, const SingleDevice& s,
+                                    const std::vector<double>& got) {
+  const double f = static_cast<double>(kF), w = static_cast<double>(c.w);
+  const std::vector<Mistake> dx_mistakes{
+      {dx_variant(c, s, false, f),
+       "dx off but output right: the backward needs the all-reduce of the row sums too"},
+      {dx_variant(c, s, true, w),
+       "divide the all-reduced row sums by the full f, not by the local width f/t"},
+      {dx_variant(c, s, true, f, false),
+       "the factor rstd in front is missing: dx = rstd (dxhat - mean(dxhat) - xhat "
+       "mean(dxhat xhat))"}};
+  return matches("dx" + c.where, got, columns(s.dx, c.rank, c.t), c.t,
+                 Hints().otherwise(diagnose(
+                     got, dx_mistakes,
+                     "compare with dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), the "
+                     "means over all f features of the row")));
 }
 
 // The sum over ranks of each rank's [f/t] columns of a full [f] gradient: what all-reducing the
@@ -419,17 +441,10 @@ TEST(DistributedLayerNorm, Task4_BackwardEqualsSingleDeviceLayerNormOfTheGathere
       const Case c = make_case(env);
       const SingleDevice s = single_device(env.ctx, c);
       const ModelRun got = run_model(env, c, kStudentExact, true);
-      const double f = static_cast<double>(kF), w = static_cast<double>(c.w);
       EXPECT_TRUE(matches(
           "output" + c.where, got.y.local.to_vector(), columns(s.y, c.rank, c.t), c.t,
           Hints().otherwise("the forward is off: finish task 2 first (--filter '*Task2*')")));
-      const std::vector<Mistake> dx_mistakes{
-          {dx_variant(c, s, false, f),
-           "dx off but output right: the backward needs the all-reduce of the row sums too"},
-          {dx_variant(c, s, true, w),
-           "divide the all-reduced row sums by the full f, not by the local width f/t"}};
-      EXPECT_TRUE(matches("dx" + c.where, got.dx, columns(s.dx, c.rank, c.t), c.t,
-                          Hints().otherwise(diagnose(got.dx, dx_mistakes))));
+      EXPECT_TRUE(judge_dx(c, s, got.dx));
       EXPECT_TRUE(matches(
           "dgamma" + c.where, got.dgamma, columns(s.dgamma, c.rank, c.t), c.t,
           Hints().otherwise(diagnose(got.dgamma,
@@ -596,6 +611,46 @@ TEST(DistributedLayerNorm, Task7_LayerNormOfSlicesIsTheLocalModel) {
   } catch (const ShapeError&) {
   }
 }
+
+#ifdef SHARDSCOPE_LAB_GRADER_TESTS
+// ---- the graders' own tests (the instructor's tree only) ----------------------------------------
+// A planted student mistake, judged by the helper the lab's test uses: the hint must name it.
+
+// The planted backward: row sums all-reduced and divided by f, but dx lacks the factor rstd.
+std::vector<double> dx_without_rstd(RankEnv& env, const Case& c, const SingleDevice& s) {
+  Tensor sums = Tensor::zeros(env.ctx, {kRows, 2}, DType::f64);
+  double* sv = sums.data<double>();
+  auto xhat_at = [&](std::int64_t r, std::int64_t j) {
+    return (c.x[at(r * c.w + j)] - s.mean[at(r)]) * s.rstd[at(r)];
+  };
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t j = 0; j < c.w; ++j) {
+      const double dxhat = c.dy[at(r * c.w + j)] * c.gamma[at(j)];
+      sv[2 * r] += dxhat;
+      sv[2 * r + 1] += dxhat * xhat_at(r, j);
+    }
+  }
+  env.group.all_reduce(sums, ReduceOp::sum);
+  std::vector<double> dx;
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t j = 0; j < c.w; ++j) {
+      const double dxhat = c.dy[at(r * c.w + j)] * c.gamma[at(j)];
+      dx.push_back(dxhat - sv[2 * r] / kF - xhat_at(r, j) * sv[2 * r + 1] / kF);
+    }
+  }
+  return dx;
+}
+
+TEST(GraderHints, DxWithoutRstdIsNamed) {
+  on_ranks(2, [](RankEnv& env) {
+    const Case c = make_case(env);
+    const SingleDevice s = single_device(env.ctx, c);
+    const ::testing::AssertionResult r = judge_dx(c, s, dx_without_rstd(env, c, s));
+    ASSERT_FALSE(r);
+    EXPECT_THAT(r.message(), ::testing::HasSubstr("the factor rstd in front is missing"));
+  });
+}
+#endif
 
 }  // namespace
 }  // namespace shardscope::labs
