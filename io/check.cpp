@@ -10,6 +10,7 @@
 #include <fnmatch.h>
 
 #include "io/npy.h"
+#include "parallel/diagnosis.h"
 
 namespace shardscope {
 namespace {
@@ -94,7 +95,7 @@ bool DumpComparison::passed() const {
 }
 
 TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
-                                 double rtol, double atol) {
+                                 double rtol, double atol, int t) {
   TensorComparison c;
   c.name = name;
   c.in_a = c.in_b = true;
@@ -133,6 +134,7 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
     const std::string failed = std::to_string(c.failed_elements) + " of " +
                                std::to_string(va.size()) + " elements out of tolerance";
     c.note = c.note.empty() ? failed : failed + "; " + c.note;
+    c.diagnosis = diagnose(va, vb, a.shape(), t, rtol, atol).text;
   }
   return c;
 }
@@ -196,7 +198,8 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
       continue;
     }
     const Tensor a = read_npy(path(dir_a, ea), ctx), b = read_npy(path(dir_b, *eb), ctx);
-    out.rows.push_back(compare_tensors(ea.name, a, b, o.rtol, o.atol));
+    out.rows.push_back(
+        compare_tensors(ea.name, a, b, o.rtol, o.atol, std::max(ma.degree, mb.degree)));
     out.rows.back().rank = ea.rank;
   }
   for (const ManifestTensor& eb : mb.tensors) {
@@ -241,6 +244,9 @@ void print_comparison(const DumpComparison& c, std::ostream& out) {
     out << (c.left_out ? "FAIL: no tensors to compare (every one was left out as asked)\n"
                        : "FAIL: no tensors to compare (neither manifest lists a full tensor)\n");
     return;
+  }
+  for (const TensorComparison& r : c.rows) {
+    if (!r.diagnosis.empty()) out << "  " << r.label() << ": " << r.diagnosis << "\n";
   }
   out << passed << " of " << c.rows.size() << " tensors passed";
   if (c.left_out) out << " (" << c.left_out << " left out as asked)";

@@ -32,7 +32,8 @@ struct TensorComparison {
   double worst_a = 0, worst_b = 0;        // the values there
   std::int64_t failed_elements = 0;
   bool passed = false;
-  std::string note;  // why it failed, or a remark ("dtype f32 in A, f64 in B")
+  std::string note;       // why it failed, or a remark ("dtype f32 in A, f64 in B")
+  std::string diagnosis;  // a failed tensor of equal shapes: what the difference looks like
 
   std::string label() const;  // "input.grad" or "input.grad (rank 1)"
 };
@@ -64,9 +65,10 @@ struct DumpComparison {
   bool passed() const;
 };
 
-// Compares two tensors of any dtype and device element by element.
+// Compares two tensors of any dtype and device element by element; a failure of equal shapes is
+// diagnosed (parallel/diagnosis.h), `t` being the larger group size of the two runs.
 TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
-                                 double rtol, double atol);
+                                 double rtol, double atol, int t = 1);
 
 // Reads both manifests (validated; ManifestError or NpyError on a bad dump) and compares the
 // tensors of the same name (and rank, with `shards`). DegreeMismatchError when `shards` is asked
@@ -78,7 +80,9 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
                              bool shards = false);
 
 // The table: tensor, shape, max_abs, max_rel, worst index (with a and b there), result; then
-// "N of M tensors passed". The worst index is the element furthest past its bound
+// "N of M tensors passed", and for every failed tensor of equal shapes what the difference looks
+// like (a ratio such as t or 1/t, a sign flip, zeros, blocks permuted, one rank's block wrong). The
+// worst index is the element furthest past its bound
 // (|a - b| - atol - rtol |b| largest; a NaN or an unmatched infinity first), in the tensor's own
 // dims ([s, b, h] for activations, [in, out] for weights), with its two values.
 void print_comparison(const DumpComparison& comparison, std::ostream& out);

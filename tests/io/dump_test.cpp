@@ -397,6 +397,25 @@ TEST_F(DumpTest, CompareDumpsOfTwoDegreesShardByShardIsOneError) {
                         HasSubstr("their shards do not pair up"))));
 }
 
+// A failed tensor is diagnosed: here B's weight is half of A's in a dump of degree 2, so A's is a
+// factor of t too large; a flipped bias is a sign flip.
+TEST_F(DumpTest, CompareDumpsSaysWhatAFailedTensorsDifferenceLooksLike) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  std::vector<double> w = Sample::weight(ctx_).to_vector(), bias = Sample::bias(ctx_).to_vector();
+  for (double& x : w) x /= 2;
+  for (double& x : bias) x = -x;
+  write_npy(b + "/weight.npy", Tensor::from_vector(ctx_, Sample::weight(ctx_).shape(), w,
+                                                   Sample::weight(ctx_).dtype()));
+  write_npy(b + "/bias.npy", Tensor::from_vector(ctx_, Sample::bias(ctx_).shape(), bias,
+                                                 Sample::bias(ctx_).dtype()));
+  const DumpComparison c = compare_dumps(a, b);
+  std::ostringstream table;
+  print_comparison(c, table);
+  EXPECT_THAT(table.str(),
+              AllOf(HasSubstr("  weight: a constant ratio: a = 2 x b: a factor of t = 2"),
+                    HasSubstr("  bias: the sign is flipped: a = -b")));
+}
+
 TEST_F(DumpTest, ADumpWithNoFullTensorsDoesNotPass) {
   fs::create_directories(dir("empty"));
   write_manifest(dir("empty"), Manifest{});
