@@ -122,10 +122,15 @@ CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerH
   for (const ShardedParameter& p : layer.params()) {
     got.push_back({p.name + ".grad", {p.local.grad(), p.placement, p.global}});
   }
+  std::vector<std::string> got_names, want_names;
+  for (const auto& entry : got) got_names.push_back(entry.first);
+  for (const auto& entry : want) want_names.push_back(entry.first);
+  const std::vector<std::size_t> pair = pair_by_name(
+      got_names, want_names, "rank " + std::to_string(env.rank) + ": the reference check");
   std::vector<double> maxima;  // max_abs, scale per tensor
   for (std::size_t i = 0; i < got.size(); ++i) {
     const ParallelTensor& g = got[i].second;
-    const Tensor mine = slice_of_full(want[i].second, g.placement, env.rank, env.world);
+    const Tensor mine = slice_of_full(want[pair[i]].second, g.placement, env.rank, env.world);
     const ErrorParts parts = error_parts(got[i].first, g.local, mine);
     maxima.push_back(parts.max_abs);
     maxima.push_back(parts.scale);

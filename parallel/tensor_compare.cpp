@@ -1,6 +1,7 @@
 // The reference comparison.
 #include "parallel/tensor_compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -41,6 +42,39 @@ TensorCheck finish_check(const std::string& name, const ErrorParts& parts, doubl
 TensorCheck compare_tensors(const std::string& name, const Tensor& got, const Tensor& want,
                             double tolerance) {
   return finish_check(name, error_parts(name, got, want), tolerance);
+}
+
+std::vector<std::size_t> pair_by_name(const std::vector<std::string>& got,
+                                      const std::vector<std::string>& want,
+                                      const std::string& what) {
+  auto listing = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  std::vector<std::size_t> index;
+  std::vector<bool> used(want.size(), false);
+  for (const std::string& name : got) {
+    const auto at = std::find(want.begin(), want.end(), name);
+    if (at == want.end()) {
+      throw StateError(what + ": '" + name +
+                       "' has no tensor of that name to compare with (there: " + listing(want) +
+                       ")");
+    }
+    const auto i = static_cast<std::size_t>(at - want.begin());
+    if (used[i]) throw StateError(what + ": '" + name + "' is named twice");
+    used[i] = true;
+    index.push_back(i);
+  }
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!used[i]) {
+      throw StateError(what + ": '" + want[i] +
+                       "' has no tensor of that name to be compared with "
+                       "(compared: " +
+                       listing(got) + ")");
+    }
+  }
+  return index;
 }
 
 }  // namespace shardscope

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "autograd/tensor.h"
 
@@ -33,5 +34,12 @@ ErrorParts error_parts(const std::string& name, const Tensor& got, const Tensor&
 TensorCheck finish_check(const std::string& name, const ErrorParts& parts, double tolerance);
 TensorCheck compare_tensors(const std::string& name, const Tensor& got, const Tensor& want,
                             double tolerance);
+
+// For each name of `got`, the index of the same name in `want`: the check pairs tensors by name,
+// never by order. StateError naming the name (and what `want` has) when one is missing on either
+// side or appears twice.
+std::vector<std::size_t> pair_by_name(const std::vector<std::string>& got,
+                                      const std::vector<std::string>& want,
+                                      const std::string& what);
 
 }  // namespace shardscope
