@@ -24,6 +24,7 @@ nlohmann::json config_json(const RunOptions& o) {
           {"lr", o.spec.learning_rate},
           {"dtype", dtype_name(c.dtype)},
           {"causal", c.causal},
+          {"random_norms", c.random_norms},
           {"check", o.spec.check},
           {"keep_gathered_input", o.spec.keep_gathered_input},
           {"backend", backend_name(o.backend)},

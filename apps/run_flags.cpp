@@ -53,6 +53,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
       ->capture_default_str();
   run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
+  run.add_flag(
+      "--random-norms", c.random_norms,
+      "start the LayerNorms at weight 1 + N(0, 0.1) and bias N(0, 0.1) instead of 1 and 0, "
+      "so a mistake in their scale or shift shows in the output");
   if (!outputs) return;
   run.add_option("--report", o.report_path, "write a JSON report to this file");
   run.add_option("--dump", o.dump_dir,
@@ -86,13 +90,14 @@ void resolve_comm_and_backend(const std::string& comm, const std::string& backen
 }
 
 bool RunFlags::is_run_flag(const std::string& name) {
-  static const char* const kNames[] = {"--mode",       "--comm",          "--backend",
-                                       "--no-check",   "--no-call-check", "--keep-gathered-input",
-                                       "--timeout-ms", "--degree",        "--seq",
-                                       "--batch",      "--hidden",        "--heads",
-                                       "--dropout",    "--steps",         "--lr",
-                                       "--seed",       "--dtype",         "--report",
-                                       "--dump",       "--load",          "--check-finite"};
+  static const char* const kNames[] = {"--mode",        "--comm",          "--backend",
+                                       "--no-check",    "--no-call-check", "--keep-gathered-input",
+                                       "--timeout-ms",  "--degree",        "--seq",
+                                       "--batch",       "--hidden",        "--heads",
+                                       "--dropout",     "--steps",         "--lr",
+                                       "--seed",        "--dtype",         "--report",
+                                       "--dump",        "--load",          "--check-finite",
+                                       "--random-norms"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }

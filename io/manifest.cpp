@@ -194,6 +194,7 @@ json layer_config_json(const LayerConfig& c) {
           {"layer", c.layer},
           {"causal", c.causal},
           {"layernorm_eps", c.layernorm_eps},
+          {"random_norms", c.random_norms},
           {"dtype", dtype_name(c.dtype)},
           {"mode", mode_name(c.mode)},
           {"degree", c.degree}};
@@ -221,6 +222,7 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
     if (j.contains("dropout")) c.dropout = j.at("dropout").get<double>();
     if (j.contains("causal")) c.causal = j.at("causal").get<bool>();
     if (j.contains("layernorm_eps")) c.layernorm_eps = j.at("layernorm_eps").get<double>();
+    if (j.contains("random_norms")) c.random_norms = j.at("random_norms").get<bool>();
     if (j.contains("dtype")) c.dtype = parse_dtype_name(j.at("dtype").get<std::string>());
     if (j.contains("mode")) c.mode = parse_mode(j.at("mode").get<std::string>());
   } catch (const json::exception& e) {

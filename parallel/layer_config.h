@@ -28,6 +28,10 @@ struct LayerConfig {
   int layer = 0;             // the layer index (dropout streams, traces)
   bool causal = true;
   double layernorm_eps = 1e-5;
+  // LayerNorm weights 1 and biases 0 (the usual start, PyTorch's), or, when set, weights
+  // 1 + Normal(0, 0.1) and biases Normal(0, 0.1): a mistake in a LayerNorm's scale or shift (a
+  // gradient never reduced, a parameter sliced wrong) then shows in the output too.
+  bool random_norms = false;
   DType dtype = DType::f32;
   ParallelMode mode = ParallelMode::single;
   int degree = 1;  // t: ranks in the tensor-parallel group

@@ -93,6 +93,10 @@ LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
     const std::uint64_t key = kernels::derive_seed(c.seed, index++);
     Tensor values = slot.normal ? Tensor::randn(ctx, shape, key, 0.02, c.dtype)
                                 : Tensor::full(ctx, shape, slot.constant, c.dtype);
+    if (!slot.normal && c.random_norms) {  // LayerNorm: constant + Normal(0, 0.1)
+      const Tensor noise = Tensor::randn(ctx, shape, key, 0.1, c.dtype);
+      ctx.backend().add(values, noise, 1.0, 1.0, values);
+    }
     w.*slot.member = Tensor::parameter(values, slot.name);
   }
   return w;

@@ -416,6 +416,14 @@ TEST_F(DumpTest, CompareDumpsSaysWhatAFailedTensorsDifferenceLooksLike) {
                     HasSubstr("  bias: the sign is flipped: a = -b")));
 }
 
+TEST(LayerConfigJson, RandomNormsRoundTrips) {
+  LayerConfig c;
+  c.random_norms = true;
+  EXPECT_TRUE(layer_config_from_json(layer_config_json(c), "m.json").random_norms);
+  c.random_norms = false;
+  EXPECT_FALSE(layer_config_from_json(layer_config_json(c), "m.json").random_norms);
+}
+
 TEST_F(DumpTest, ADumpWithNoFullTensorsDoesNotPass) {
   fs::create_directories(dir("empty"));
   write_manifest(dir("empty"), Manifest{});

@@ -171,6 +171,30 @@ TEST_P(ParallelLayerRuns, KeepingTheGatheredInputMatchesItsFormula) {
 INSTANTIATE_TEST_SUITE_P(Backends, ParallelLayerRuns, testing::all_backends(),
                          testing::BackendName());
 
+// random_norms starts the LayerNorms away from weight 1 and bias 0 (so their scale and shift act
+// on the output), and the parallel layer still matches the single-device one built the same way.
+TEST(ParallelLayer, RandomNormsStartAwayFromOneAndZeroAndStillMatch) {
+  LayerConfig c;
+  c.random_norms = true;
+  Context ctx;
+  const LayerWeights w = make_layer_weights(ctx, c);
+  for (const auto& [name, p] : w.named()) {
+    if (name.rfind("ln", 0) != 0) continue;
+    const std::vector<double> v = p.to_vector();
+    const double start = name.find("weight") != std::string::npos ? 1.0 : 0.0;
+    double off = 0;
+    for (double x : v) off = std::max(off, std::fabs(x - start));
+    EXPECT_GT(off, 0.05) << name << " stayed at " << start;
+    EXPECT_LT(off, 0.6) << name;
+  }
+  for (ParallelMode mode : {ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    LayerRunSpec spec = small_spec(mode, 2, 0.1, DType::f32);
+    spec.layer.random_norms = true;
+    const std::vector<RankRun> runs = run_all_ranks(spec, TestBackend::cpu);
+    EXPECT_TRUE(runs[0].check.passed) << mode_name(mode);
+  }
+}
+
 // The two tests below evaluate formulas and validate configurations on the host: no context, no
 // ranks, nothing a backend runs, so they stay plain tests.
 TEST(ParallelLayer, FormulasAtThePapersShapesMatchTheirClosedForms) {
