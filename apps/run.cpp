@@ -184,7 +184,9 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
           needed, found));
     }
   }
-  const LayerRunSpec spec = spec_with_io(options);
+  LayerRunSpec spec = spec_with_io(options);
+  // Ranks as threads share one single-device reference; each MPI process builds its own.
+  if (!ranks_are_processes(options.comm)) spec.reference = std::make_shared<SharedReference>();
   SpmdOptions spmd;
   spmd.comm = options.comm;
   spmd.backend = options.backend;

@@ -112,25 +112,46 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
 // Every rank compares its slices of the output, input gradient and parameter gradients with the
 // same slices of the single-device layer's; one all-reduce (max) of the error maxima gives every
 // rank the group's result.
+// This rank's slices of the single-device reference, in the order of `names`: from the shared
+// reference of the process, or from one computed here.
+std::vector<Tensor> reference_slices(RankEnv& env, const LayerRunSpec& spec, Context& ref,
+                                     const std::vector<std::string>& names,
+                                     const std::vector<Placement>& placements) {
+  if (spec.reference) {
+    return spec.reference->slices(spec, names, placements, env.rank, env.world, ref);
+  }
+  const std::vector<std::pair<std::string, Tensor>> want = single_device_reference(ref, spec);
+  std::vector<std::string> want_names;
+  for (const auto& entry : want) want_names.push_back(entry.first);
+  const std::vector<std::size_t> pair =
+      pair_by_name(names, want_names, "rank " + std::to_string(env.rank) + ": the reference check");
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    out.push_back(slice_of_full(want[pair[i]].second, placements[i], env.rank, env.world));
+  }
+  return out;
+}
+
 CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerHandle& layer,
                             const ParallelTensor& x, const ParallelTensor& y) {
   Context ref(env.rank);
   ref.set_step(env.ctx.step());
-  const std::vector<std::pair<std::string, Tensor>> want = single_device_reference(ref, spec);
   std::vector<std::pair<std::string, ParallelTensor>> got{
       {"output", y}, {"input.grad", {x.local.grad(), x.placement, x.global}}};
   for (const ShardedParameter& p : layer.params()) {
     got.push_back({p.name + ".grad", {p.local.grad(), p.placement, p.global}});
   }
-  std::vector<std::string> got_names, want_names;
-  for (const auto& entry : got) got_names.push_back(entry.first);
-  for (const auto& entry : want) want_names.push_back(entry.first);
-  const std::vector<std::size_t> pair = pair_by_name(
-      got_names, want_names, "rank " + std::to_string(env.rank) + ": the reference check");
+  std::vector<std::string> names;
+  std::vector<Placement> placements;
+  for (const auto& entry : got) {
+    names.push_back(entry.first);
+    placements.push_back(entry.second.placement);
+  }
+  const std::vector<Tensor> want = reference_slices(env, spec, ref, names, placements);
   std::vector<double> maxima;  // max_abs, scale per tensor
   for (std::size_t i = 0; i < got.size(); ++i) {
     const ParallelTensor& g = got[i].second;
-    const Tensor mine = slice_of_full(want[pair[i]].second, g.placement, env.rank, env.world);
+    const Tensor& mine = want[i];
     const ErrorParts parts = error_parts(got[i].first, g.local, mine);
     maxima.push_back(parts.max_abs);
     maxima.push_back(parts.scale);
@@ -201,6 +222,27 @@ std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref
   std::vector<std::pair<std::string, Tensor>> out{{"output", y}, {"input.grad", x.grad()}};
   for (const auto& [name, p] : reference.weights().named())
     out.push_back({name + ".grad", p.grad()});
+  return out;
+}
+
+std::vector<Tensor> SharedReference::slices(const LayerRunSpec& spec,
+                                            const std::vector<std::string>& names,
+                                            const std::vector<Placement>& placements, int rank,
+                                            int world, Context& into) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!context_) {
+    context_ = std::make_unique<Context>(0);
+    tensors_ = single_device_reference(*context_, spec);
+  }
+  std::vector<std::string> have;
+  for (const auto& entry : tensors_) have.push_back(entry.first);
+  const std::vector<std::size_t> pair =
+      pair_by_name(names, have, "rank " + std::to_string(rank) + ": the reference check");
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    out.push_back(
+        slice_of_full(tensors_[pair[i]].second, placements[i], rank, world).copy_to(into));
+  }
   return out;
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,8 @@ struct RankTensor {
   Placement placement;
 };
 
+class SharedReference;
+
 struct LayerRunSpec {
   LayerConfig layer;
   int steps = 5;
@@ -42,6 +46,26 @@ struct LayerRunSpec {
   std::function<void(const std::string& name, const Tensor& full)> load;
   // Called on rank 0 as each step starts (a progress line).
   std::function<void(int step)> on_step;
+  // Ranks that are threads of one process share one single-device reference through this (made
+  // by the first rank to need it); without it every rank builds its own, as each MPI process must.
+  std::shared_ptr<SharedReference> reference;
+};
+
+// The single-device layer's step-0 output and gradients, computed once for every rank of a
+// process that is given the same SharedReference. Thread-safe: each rank copies its slices out
+// under a lock into its own context.
+class SharedReference {
+ public:
+  // Computes the reference on first use (the others wait), then for every name in `names` the
+  // slice of rank `rank` of `world` under `placements[i]`, copied into `into`.
+  std::vector<Tensor> slices(const LayerRunSpec& spec, const std::vector<std::string>& names,
+                             const std::vector<Placement>& placements, int rank, int world,
+                             Context& into);
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<Context> context_;  // the reference's tensors live here
+  std::vector<std::pair<std::string, Tensor>> tensors_;
 };
 
 struct StepRecord {
