@@ -177,7 +177,7 @@ namespace {
 // GeLU, tanh form (Hendrycks & Gimpel 2016), in double:
 //   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-const double kPi = std::acos(-1.0);
+constexpr double kPi = 3.14159265358979323846;
 
 double textbook_gelu(double x) {
   const double u = std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x);
