@@ -71,10 +71,10 @@ const char* live_rank_state_name(LiveSession::RankState s) {
 
 LiveSession::LiveSession(const RunOptions& options, Observer* observer)
     : options_(options), observer_(observer) {
-  if (options.backend != DeviceKind::cpu) {
+  if (options.backend == DeviceKind::cuda) {
     throw ArgumentError(
-        std::string("a live session runs its ranks as threads on the CPU: --backend "
-                    "must be cpu, given ") +
+        std::string("a live session runs its ranks as threads on host memory: --backend "
+                    "must be cpu or reference, given ") +
         backend_name(options.backend));
   }
   if (options.comm != CommKind::threads) {

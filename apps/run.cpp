@@ -58,11 +58,20 @@ void print_indented(const std::string& text, std::ostream& out) {
 DeviceKind parse_backend(const std::string& name) {
   if (name == "cpu") return DeviceKind::cpu;
   if (name == "cuda") return DeviceKind::cuda;
-  throw ArgumentError("--backend " + name + " is not a backend: expected cpu or cuda");
+  if (name == "reference") return DeviceKind::reference;
+  throw ArgumentError("--backend " + name + " is not a backend: expected cpu, cuda or reference");
 }
 
 const char* backend_name(DeviceKind kind) {
-  return kind == DeviceKind::cpu ? "cpu" : "cuda";
+  switch (kind) {
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::reference:
+      return "reference";
+    case DeviceKind::cuda:
+      break;
+  }
+  return "cuda";
 }
 
 bool ranks_are_processes(CommKind comm) {
@@ -109,10 +118,12 @@ void RunOptions::validate() const {
   if (backend == DeviceKind::cuda && comm == CommKind::mpi) {
     throw ArgumentError(
         "--backend cuda runs with --comm nccl (a CUDA device per rank) or --comm threads (ranks "
-        "sharing the devices); --comm mpi moves host memory (it runs with --backend cpu)");
+        "sharing the devices); --comm mpi moves host memory (it runs with --backend cpu or "
+        "reference)");
   }
-  if (backend == DeviceKind::cpu && comm == CommKind::nccl) {
-    throw ArgumentError("--comm nccl moves CUDA device memory: it needs --backend cuda");
+  if (backend != DeviceKind::cuda && comm == CommKind::nccl) {
+    throw ArgumentError("--comm nccl moves CUDA device memory: it needs --backend cuda, given " +
+                        std::string(backend_name(backend)));
   }
 }
 

@@ -35,9 +35,9 @@ struct RunOptions {
   void validate() const;
 };
 
-// "cpu" or "cuda", else ArgumentError naming the accepted values.
+// "cpu", "cuda" or "reference", else ArgumentError naming the accepted values.
 DeviceKind parse_backend(const std::string& name);
-const char* backend_name(DeviceKind kind);  // "cpu", "cuda"
+const char* backend_name(DeviceKind kind);  // "cpu", "cuda", "reference"
 
 // Whether each rank of this run is a process of its own (--comm mpi, or nccl under mpirun).
 bool ranks_are_processes(CommKind comm);

@@ -14,14 +14,17 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   RunFlags& text = *this;
   LayerConfig& c = o.spec.layer;
   run.add_option("--mode", text.mode, "single, tp, tp-sp or ulysses")->capture_default_str();
-  run.add_option("--comm", text.comm,
-                 "threads (ranks are threads, the default; with --backend cuda they share the "
-                 "GPUs and their collectives are staged through host memory), mpi (ranks are "
-                 "processes, under mpirun; cpu only) or nccl (ranks own CUDA devices: a thread per "
-                 "device, or a process per device under mpirun)");
+  run.add_option(
+      "--comm", text.comm,
+      "threads (ranks are threads, the default; with --backend cuda they share the "
+      "GPUs and their collectives are staged through host memory), mpi (ranks are "
+      "processes, under mpirun; cpu or reference) or nccl (ranks own CUDA devices: a thread per "
+      "device, or a process per device under mpirun)");
   run.add_option("--backend", text.backend,
-                 "cpu (the default) or cuda (implies --comm nccl when there is a GPU per rank or "
-                 "under mpirun, else --comm threads)");
+                 "cpu (the default), cuda (implies --comm nccl when there is a GPU per rank or "
+                 "under mpirun, else --comm threads) or reference (plain single-threaded loops, "
+                 "autograd/reference/: slow, an independent check of the others; --comm threads "
+                 "or mpi)");
   run.add_flag("--no-call-check", text.no_call_check,
                "nccl: skip the host-side exchange before every NCCL call that checks every rank "
                "issues the same collective");

@@ -183,7 +183,7 @@ NonFiniteCount count_non_finite(const Tensor& t) {
   const std::size_t n = static_cast<std::size_t>(t.numel());
   std::vector<unsigned char> host;
   const unsigned char* bytes = static_cast<const unsigned char*>(t.raw_data());
-  if (t.device().kind != DeviceKind::cpu) {
+  if (!t.device().host_memory()) {
     host.resize(t.bytes());
     t.ctx().backend().copy_to_host(host.data(), t.raw_data(), host.size());
     bytes = host.data();

@@ -37,7 +37,9 @@ inline bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f64;
 }
 
-enum class DeviceKind : std::uint8_t { cpu, cuda };
+// cpu: the tuned CPU backend; cuda: a GPU; reference: the plain loops of autograd/reference/,
+// one thread, on host memory like cpu (a check for the others, and a text to learn an op from).
+enum class DeviceKind : std::uint8_t { cpu, cuda, reference };
 
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
@@ -45,10 +47,21 @@ struct Device {
 
   static Device cpu() { return {DeviceKind::cpu, 0}; }
   static Device cuda(int index) { return {DeviceKind::cuda, index}; }
+  static Device reference() { return {DeviceKind::reference, 0}; }
+  // Whether tensors on this device live in host memory (cpu and reference), readable in place.
+  bool host_memory() const { return kind != DeviceKind::cuda; }
   bool operator==(const Device& other) const { return kind == other.kind && index == other.index; }
   bool operator!=(const Device& other) const { return !(*this == other); }
   std::string str() const {
-    return kind == DeviceKind::cpu ? std::string("cpu") : "cuda:" + std::to_string(index);
+    switch (kind) {
+      case DeviceKind::cpu:
+        return "cpu";
+      case DeviceKind::reference:
+        return "reference";
+      case DeviceKind::cuda:
+        break;
+    }
+    return "cuda:" + std::to_string(index);
   }
 };
 

@@ -204,7 +204,10 @@ void run_spmd_mpi(int world, const SpmdOptions& options, const RankFn& fn) {
                         std::to_string(processes) + " processes");
   }
   MpiComm comm(MPI_COMM_WORLD);
-  run_process_rank(comm, Device::cpu(), fn, options);
+  // run_spmd refused cuda with MPI: the rank's tensors are host memory, cpu or reference.
+  run_process_rank(comm,
+                   options.backend == DeviceKind::reference ? Device::reference() : Device::cpu(),
+                   fn, options);
 }
 
 }  // namespace shardscope

@@ -153,9 +153,10 @@ void check_exact_inputs(const OpRecord& r, ProcessGroup& g, const ParallelTensor
     throw ArgumentError(r.where() + ": x belongs to rank " + std::to_string(x.local.ctx().rank()) +
                         "'s context, the group to rank " + std::to_string(g.ctx().rank()) + "'s");
   }
-  if (x.local.device() != Device::cpu()) {
-    throw DTypeError(r.where() + ": runs on the CPU backend only, given " + x.local.describe() +
-                     " on " + x.local.device().str());
+  if (!x.local.device().host_memory()) {
+    throw DTypeError(r.where() +
+                     ": runs on host memory (the cpu or reference backend) only, given " +
+                     x.local.describe() + " on " + x.local.device().str());
   }
   if (!(eps > 0.0)) throw ArgumentError(r.where() + ": eps must be > 0");
 }

@@ -166,6 +166,9 @@ void run_process_rank(Communicator& comm, Device device, const RankFn& fn,
 std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int device_count,
                                         const std::string& why_none) {
   if (backend == DeviceKind::cpu) return std::vector<Device>(static_cast<std::size_t>(world));
+  if (backend == DeviceKind::reference) {
+    return std::vector<Device>(static_cast<std::size_t>(world), Device::reference());
+  }
   if (device_count < 1) {
     throw ArgumentError("backend cuda with ranks as threads needs 1 CUDA device, found 0" +
                         (why_none.empty() ? std::string() : " (" + why_none + ")"));
@@ -214,7 +217,7 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
     devices = thread_rank_devices(world, options.backend, 0);
   }
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
-  if (options.backend != DeviceKind::cpu) {
+  if (options.backend == DeviceKind::cuda) {  // cpu and reference tensors are host memory
     for (auto& comm : comms) comm = make_host_staging_comm(std::move(comm));
   }
   run_thread_ranks(comms, devices, fn, options);

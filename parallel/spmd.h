@@ -29,7 +29,8 @@ bool mpi_available();
 // True when this build has NcclComm (the CUDA toolkit with NCCL was found).
 bool nccl_available();
 // The devices of ranks 0..world-1 run as threads on `backend` with `device_count` visible CUDA
-// devices: all cpu, or rank r on cuda:(r mod device_count). ArgumentError when cuda has no device.
+// devices: all cpu, all reference, or rank r on cuda:(r mod device_count). ArgumentError when
+// cuda has no device.
 std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int device_count,
                                         const std::string& why_none = {});
 // True when this process was started by mpirun / mpiexec (Open MPI, MPICH, PMIx environments).
@@ -50,7 +51,9 @@ struct SpmdOptions {
   // Where the ranks' tensors live. cpu: every launcher. cuda: comm nccl (a device per rank), or
   // comm threads, where the ranks are threads sharing the visible devices (rank r on device
   // r mod count, so one GPU serves every rank) and their collectives are staged through host
-  // memory (host_staging_comm.h). comm mpi takes cpu only; comm nccl is cuda whatever this says.
+  // memory (host_staging_comm.h). reference: the plain loops of autograd/reference/, host memory
+  // like cpu, on threads or mpi. comm mpi takes cpu or reference; comm nccl is cuda whatever this
+  // says.
   DeviceKind backend = DeviceKind::cpu;
   std::chrono::milliseconds timeout{
       10000};  // threads, nccl threads: the wait limit of a collective

@@ -14,6 +14,7 @@
 #include "autograd/kernels/gelu.h"
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
+#include "autograd/reference/reference_backend.h"
 
 namespace shardscope {
 
@@ -90,6 +91,7 @@ CpuBackend::CpuBackend() : threads_(shared_row_threads()) {}
 
 std::unique_ptr<Backend> make_backend(Device device) {
   if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>();
+  if (device.kind == DeviceKind::reference) return make_reference_backend();
   return make_cuda_backend(device.index);
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,12 +37,13 @@ TEST(CliBackend, UnknownOrIncompatibleChoicesExit2WithOneLine) {
     const char* expected;
   };
   const Case cases[] = {
-      {"run --backend bogus", "--backend bogus is not a backend: expected cpu or cuda"},
+      {"run --backend bogus", "--backend bogus is not a backend: expected cpu, cuda or reference"},
+      {"run --backend reference --comm nccl", "it needs --backend cuda, given reference"},
       {"run --backend cuda --comm mpi", "--backend cuda runs with --comm nccl"},
       {"run --backend cpu --comm nccl", "--comm nccl moves CUDA device memory"},
       {"run --comm smoke-signals", "expected threads, mpi or nccl"},
       {"run --no-call-check", "--no-call-check applies to --comm nccl"},
-      {"debug --backend cuda", "--backend must be cpu, given cuda"},
+      {"debug --backend cuda", "--backend must be cpu or reference, given cuda"},
   };
   for (const Case& c : cases) {
     const Result r = run_cli(c.args);
@@ -106,6 +108,42 @@ TEST(CliBackend, TheReportNamesTheBackend) {
   EXPECT_EQ(j["config"]["comm"], "threads");
   EXPECT_EQ(j["config"]["call_check"], false);
   std::filesystem::remove(path);
+}
+
+// The losses of step `step` as the run prints them ("   0    1.234567    12.345").
+double step_loss(const std::string& output, int step) {
+  const std::string head = "step        loss     time_ms\n";
+  const std::size_t at = output.find(head);
+  if (at == std::string::npos) return std::nan("");
+  std::size_t line = at + head.size();
+  for (int i = 0; i < step; ++i) line = output.find('\n', line) + 1;
+  int index = -1;
+  double loss = std::nan("");
+  std::sscanf(output.c_str() + line, "%d %lf", &index, &loss);
+  return index == step ? loss : std::nan("");
+}
+
+// `run --backend reference` under tensor parallelism (and TP-SP, whose LayerNorm reads host
+// memory) on threads: it runs, names its backend, passes its check against the single-device
+// layer (which the run's check builds on the CPU backend, so the check compares the backends too),
+// and its losses are the CPU backend's to the 6 printed digits.
+TEST(CliBackend, ReferenceBackendRunsTensorParallelAndMatchesTheCpuLosses) {
+  for (const char* mode : {"tp", "tp-sp"}) {
+    const std::string args = std::string(" --mode ") + mode + " --degree 2 --dtype f64 --steps 2" +
+                             " --seq 16 --batch 2 --hidden 32 --heads 4 --dropout 0.1";
+    const Result ref = run_cli("run --backend reference" + args);
+    ASSERT_EQ(ref.exit_code, 0) << mode << "\n" << ref.output;
+    EXPECT_THAT(ref.output, HasSubstr("backend reference\n"));
+    EXPECT_THAT(ref.output, HasSubstr("match"));
+    const Result cpu = run_cli("run --backend cpu" + args);
+    ASSERT_EQ(cpu.exit_code, 0) << mode << "\n" << cpu.output;
+    for (int step : {0, 1}) {
+      const double a = step_loss(ref.output, step), b = step_loss(cpu.output, step);
+      ASSERT_FALSE(std::isnan(a) || std::isnan(b)) << mode << " step " << step << "\n"
+                                                   << ref.output << cpu.output;
+      EXPECT_NEAR(a, b, 1e-6 * std::abs(b)) << mode << " step " << step;  // printed to 6 places
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// The CUDA backend against the CPU backend: every op of the kernel table on the same random
-// inputs, forward and backward, in f32 and f64, then a Transformer layer. Every test skips with
-// "no CUDA device: ..." on a machine without a GPU.
+// The CUDA backend against the CPU backend and against the reference backend (autograd/reference/:
+// plain loops that share none of autograd/kernels/'s row math with the other two, so a bug there
+// shows against it): every op of the kernel table on the same random inputs, forward and backward,
+// in f32 and f64, then a Transformer layer. Every test skips with "no CUDA device: ..." on a
+// machine without a GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -38,15 +40,22 @@ Tolerance tolerance(DType dtype) {
   return dtype == DType::f32 ? Tolerance{2e-5, 2e-5} : Tolerance{1e-12, 1e-12};
 }
 
-void expect_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const std::string& what) {
+// Against the reference backend, which sums in double and rounds once: the rule of
+// tests/autograd/reference_backend_testing.h, |gpu - ref| <= tol (1 + |ref|), tol 1e-4 in f32
+// (the GPU's f32 sums against exact ones) and 1e-10 in f64.
+Tolerance reference_tolerance(DType dtype) {
+  return dtype == DType::f32 ? Tolerance{1e-4, 1e-4} : Tolerance{1e-10, 1e-10};
+}
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const std::string& what,
+                  Tolerance tol) {
   ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
   const std::vector<double> g = gpu.to_vector(), c = cpu.to_vector();
-  const Tolerance tol = tolerance(dtype);
   int shown = 0;
   for (std::size_t i = 0; i < c.size() && shown < 5; ++i) {
     if (!(std::abs(g[i] - c[i]) <= tol.atol + tol.rtol * std::abs(c[i]))) {
       ADD_FAILURE() << what << " [" << dtype_name(dtype) << "] element " << i << ": cuda " << g[i]
-                    << ", cpu " << c[i];
+                    << ", want " << c[i];
       ++shown;
     }
   }
@@ -67,13 +76,19 @@ class CudaVsCpu : public ::testing::TestWithParam<DType> {
   void compare(const Build& build, const std::string& what) {
     const std::vector<Tensor> want = build(cpu_, GetParam());
     const std::vector<Tensor> got = build(*gpu_, GetParam());
+    const std::vector<Tensor> oracle = build(reference_, GetParam());
     ASSERT_EQ(got.size(), want.size());
+    ASSERT_EQ(oracle.size(), want.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
-      expect_close(got[i], want[i], GetParam(), what + " output " + std::to_string(i));
+      const std::string name = what + " output " + std::to_string(i);
+      expect_close(got[i], want[i], GetParam(), name + " (against cpu)", tolerance(GetParam()));
+      expect_close(got[i], oracle[i], GetParam(), name + " (against reference)",
+                   reference_tolerance(GetParam()));
     }
   }
 
   Context cpu_;
+  Context reference_{0, Device::reference()};
   std::unique_ptr<Context> gpu_;
 };
 

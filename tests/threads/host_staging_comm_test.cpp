@@ -165,6 +165,8 @@ TEST(HostStagingComm, TheLayerRunsOverItBitForBitInEveryMode) {
 
 TEST(ThreadRankDevices, CudaRanksShareTheVisibleDevicesRoundRobin) {
   EXPECT_EQ(thread_rank_devices(3, DeviceKind::cpu, 0), std::vector<Device>(3, Device::cpu()));
+  EXPECT_EQ(thread_rank_devices(3, DeviceKind::reference, 0),
+            std::vector<Device>(3, Device::reference()));
   EXPECT_EQ(thread_rank_devices(4, DeviceKind::cuda, 1), std::vector<Device>(4, Device::cuda(0)));
   EXPECT_EQ(
       thread_rank_devices(4, DeviceKind::cuda, 2),

@@ -1,0 +1,190 @@
+// Every op of the kernel table on the tuned CPU backend against the reference backend
+// (autograd/reference/), f32 and f64, on odd shapes and on shapes above the CPU backend's
+// threading and blocking thresholds (cpu_backend.cpp: 2^15 elements for cheap loops, 2^14 per row
+// loop, 2^20 multiply-adds per GEMM piece).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+
+#include "tests/autograd/reference_backend_testing.h"
+
+namespace shardscope {
+namespace {
+
+using testing::compare_with_reference;
+using testing::Mismatch;
+using testing::NamedTensors;
+using testing::OpCase;
+using testing::test_input;
+
+class CpuVsReference : public ::testing::TestWithParam<DType> {
+ protected:
+  // The case on the CPU backend against the reference backend: no element out of tolerance.
+  void expect_match(const OpCase& op, const std::string& what) {
+    const Mismatch m = compare_with_reference(cpu_.backend(), cpu_, op, GetParam());
+    EXPECT_EQ(m.count, 0) << what << " [" << dtype_name(GetParam()) << "]: first " << m.first;
+  }
+
+  Context cpu_{0, Device::cpu()};
+};
+
+// A row-major product through a GemmDesc; C starts from values (for beta) unless beta is 0, when
+// it starts as NaN, which BLAS semantics never read.
+OpCase gemm_case(GemmDesc d) {
+  return [d](Backend& be, Context& ctx, DType dt) {
+    const std::int64_t a_rows = d.trans_a ? d.k : d.m, b_rows = d.trans_b ? d.n : d.k;
+    const std::int64_t last_a = (d.batch - 1) * d.stride_a, last_b = (d.batch - 1) * d.stride_b;
+    const Tensor a = test_input(ctx, {last_a + a_rows * d.lda}, dt, 1);
+    const Tensor b = test_input(ctx, {last_b + b_rows * d.ldb}, dt, 2);
+    Tensor c = test_input(ctx, {(d.batch - 1) * d.stride_c + d.m * d.ldc}, dt, 3);
+    if (d.beta == 0.0) be.fill(c, std::nan(""));
+    be.gemm(d, dt, a.raw_data(), b.raw_data(), c.raw_data());
+    if (d.beta == 0.0 && d.ldc > d.n) {  // the padding was never written: give it a value
+      NamedTensors out;
+      std::vector<double> v = c.to_vector();
+      for (double& x : v) x = std::isnan(x) ? 0.0 : x;
+      out.emplace_back("C", Tensor::from_vector(ctx, c.shape(), v, dt));
+      return out;
+    }
+    return NamedTensors{{"C", c}};
+  };
+}
+
+TEST_P(CpuVsReference, GemmEveryTransposeBatchStrideAlphaAndBeta) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      // small and odd; one product above the 2^20 multiply-adds of a CPU GEMM piece
+      for (auto [m, n, k] : {std::array<std::int64_t, 3>{3, 5, 7}, {300, 129, 65}, {1, 257, 3}}) {
+        expect_match(gemm_case(GemmDesc::packed(m, n, k, ta, tb)),
+                     "gemm " + GemmDesc::packed(m, n, k, ta, tb).str());
+      }
+      GemmDesc d = GemmDesc::packed(17, 33, 9, ta, tb);  // batched, B shared, padded rows
+      d.batch = 5;
+      d.lda += 2;
+      d.ldb += 3;
+      d.ldc += 1;
+      d.stride_a = 40 * d.lda;
+      d.stride_b = 0;
+      d.stride_c = 17 * d.ldc + 4;
+      d.alpha = 0.5;
+      d.beta = -0.25;
+      expect_match(gemm_case(d), "gemm " + d.str() + " alpha 0.5 beta -0.25");
+    }
+  }
+  GemmDesc empty_k = GemmDesc::packed(4, 6, 0);  // C = beta C
+  empty_k.lda = 1;
+  empty_k.beta = 2.0;
+  expect_match(gemm_case(empty_k), "gemm k = 0");
+}
+
+// Sizes of the elementwise cases: odd, and above 2^15 (the CPU backend's threads split it).
+const std::int64_t kElementwiseSizes[] = {1, 7, 1000, 3 * 257 * 67};
+
+TEST_P(CpuVsReference, FillCopyScaleAddMul) {
+  for (std::int64_t n : kElementwiseSizes) {
+    expect_match(
+        [n](Backend& be, Context& ctx, DType dt) {
+          const Tensor x = test_input(ctx, {n}, dt, 1), y = test_input(ctx, {n}, dt, 2);
+          Tensor filled = Tensor::empty(ctx, {n}, dt), copied = Tensor::empty(ctx, {n}, dt);
+          Tensor scaled = Tensor::empty(ctx, {n}, dt), sum = Tensor::empty(ctx, {n}, dt);
+          Tensor product = Tensor::empty(ctx, {n}, dt);
+          be.fill(filled, -1.25);
+          be.copy(x, copied);
+          be.scale(x, 0.3, scaled);
+          be.add(x, y, 0.5, -2.0, sum);
+          be.mul(x, y, product);
+          return NamedTensors{{"fill", filled},
+                              {"copy", copied},
+                              {"scale", scaled},
+                              {"add", sum},
+                              {"mul", product}};
+        },
+        "fill/copy/scale/add/mul n=" + std::to_string(n));
+  }
+  expect_match(  // b repeats over a's leading dims
+      [](Backend& be, Context& ctx, DType dt) {
+        const Tensor x = test_input(ctx, {130, 257}, dt, 1), b = test_input(ctx, {257}, dt, 2);
+        Tensor sum = Tensor::empty(ctx, x.shape(), dt), product = Tensor::empty(ctx, x.shape(), dt);
+        be.add(x, b, 1.0, 1.0, sum);
+        be.mul(x, b, product);
+        return NamedTensors{{"add", sum}, {"mul", product}};
+      },
+      "add/mul broadcast [130, 257] by [257]");
+}
+
+TEST_P(CpuVsReference, GeluForwardAndBackward) {
+  for (std::int64_t n : kElementwiseSizes) {
+    expect_match(
+        [n](Backend& be, Context& ctx, DType dt) {
+          const Tensor x = test_input(ctx, {n}, dt, 1, -6.0, 6.0), dy = test_input(ctx, {n}, dt, 2);
+          Tensor y = Tensor::empty(ctx, {n}, dt), dx = Tensor::empty(ctx, {n}, dt);
+          be.gelu_forward(x, y);
+          be.gelu_backward(x, dy, dx);
+          return NamedTensors{{"y", y}, {"dx", dx}};
+        },
+        "gelu n=" + std::to_string(n));
+  }
+}
+
+// Dropout on a shard of a global tensor (or the whole one); the masks must be equal bit for bit.
+OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p) {
+  return [=](Backend& be, Context& ctx, DType dt) {
+    const Tensor x = test_input(ctx, local, dt, 1), dy = test_input(ctx, local, dt, 2);
+    DropoutSpec spec;
+    spec.p = p;
+    spec.seed = 0x1234567890ull;
+    spec.stream = 7;
+    spec.step = 3;
+    spec.global_shape = global;
+    spec.offset = offset;
+    Tensor mask = Tensor::zeros(ctx, local, DType::u8);
+    Tensor y = Tensor::empty(ctx, local, dt), dx = Tensor::empty(ctx, local, dt);
+    be.dropout_forward(x, spec, mask, y);
+    be.dropout_backward(dy, mask, p, dx);
+    return NamedTensors{{"mask", mask}, {"y", y}, {"dx", dx}};
+  };
+}
+
+TEST_P(CpuVsReference, DropoutDrawsTheSameMask) {
+  expect_match(dropout_case({5, 7, 9}, {10, 7, 18}, {5, 0, 9}, 0.3), "dropout shard");
+  expect_match(dropout_case({1, 3}, {}, {}, 0.5), "dropout [1, 3]");
+  expect_match(dropout_case({130, 257}, {}, {}, 0.1), "dropout [130, 257]");
+  expect_match(dropout_case({3, 41, 37}, {6, 41, 74}, {3, 0, 37}, 0.7), "dropout shard, odd");
+}
+
+TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
+  struct Case {
+    Shape shape;
+    std::vector<int> perm;
+  };
+  for (const Case& c : {Case{{3, 4, 5}, {2, 0, 1}}, Case{{2, 3, 4, 5}, {0, 2, 1, 3}},
+                        Case{{64, 33, 17}, {1, 2, 0}}, Case{{7}, {0}}}) {
+    expect_match(
+        [c](Backend& be, Context& ctx, DType dt) {
+          const Tensor x = test_input(ctx, c.shape, dt, 1);
+          std::vector<std::int64_t> dims;
+          for (int d : c.perm) dims.push_back(c.shape[d]);
+          Tensor y = Tensor::empty(ctx, Shape(dims), dt);
+          be.permute(x, c.perm, y);
+          return NamedTensors{{"permuted", y}};
+        },
+        "permute " + c.shape.str());
+  }
+  expect_match(
+      [](Backend& be, Context& ctx, DType dt) {
+        const Tensor src = test_input(ctx, {4, 6, 5}, dt, 1);
+        Tensor dst = test_input(ctx, {4, 5, 5}, dt, 2);
+        be.copy_slice(src, 1, 2, dst, 1, 3);
+        Tensor last = test_input(ctx, {4, 6, 3}, dt, 3);
+        be.copy_slice(src, 2, 1, last, 0, 3);
+        return NamedTensors{{"dim 1", dst}, {"dim 2", last}};
+      },
+      "copy_slice");
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReference, ::testing::Values(DType::f32, DType::f64),
+                         testing::DTypeName());
+
+}  // namespace
+}  // namespace shardscope
