@@ -63,15 +63,7 @@ DeviceKind parse_backend(const std::string& name) {
 }
 
 const char* backend_name(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::cpu:
-      return "cpu";
-    case DeviceKind::reference:
-      return "reference";
-    case DeviceKind::cuda:
-      break;
-  }
-  return "cuda";
+  return device_kind_name(kind);
 }
 
 bool ranks_are_processes(CommKind comm) {

@@ -41,6 +41,19 @@ inline bool is_floating(DType dtype) {
 // one thread, on host memory like cpu (a check for the others, and a text to learn an op from).
 enum class DeviceKind : std::uint8_t { cpu, cuda, reference };
 
+// "cpu", "cuda" or "reference".
+inline const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::reference:
+      return "reference";
+    case DeviceKind::cuda:
+      break;
+  }
+  return "cuda";
+}
+
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;
@@ -53,15 +66,7 @@ struct Device {
   bool operator==(const Device& other) const { return kind == other.kind && index == other.index; }
   bool operator!=(const Device& other) const { return !(*this == other); }
   std::string str() const {
-    switch (kind) {
-      case DeviceKind::cpu:
-        return "cpu";
-      case DeviceKind::reference:
-        return "reference";
-      case DeviceKind::cuda:
-        break;
-    }
-    return "cuda:" + std::to_string(index);
+    return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : device_kind_name(kind);
   }
 };
 
