@@ -110,28 +110,8 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
 }
 
 // Every rank compares its slices of the output, input gradient and parameter gradients with the
-// same slices of the single-device layer's; one all-reduce (max) of the error maxima gives every
-// rank the group's result.
-// This rank's slices of the single-device reference, in the order of `names`: from the shared
-// reference of the process, or from one computed here.
-std::vector<Tensor> reference_slices(RankEnv& env, const LayerRunSpec& spec, Context& ref,
-                                     const std::vector<std::string>& names,
-                                     const std::vector<Placement>& placements) {
-  if (spec.reference) {
-    return spec.reference->slices(spec, names, placements, env.rank, env.world, ref);
-  }
-  const std::vector<std::pair<std::string, Tensor>> want = single_device_reference(ref, spec);
-  std::vector<std::string> want_names;
-  for (const auto& entry : want) want_names.push_back(entry.first);
-  const std::vector<std::size_t> pair =
-      pair_by_name(names, want_names, "rank " + std::to_string(env.rank) + ": the reference check");
-  std::vector<Tensor> out;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    out.push_back(slice_of_full(want[pair[i]].second, placements[i], env.rank, env.world));
-  }
-  return out;
-}
-
+// same slices of the single-device layer's (the process's shared reference, or one of its own);
+// one all-reduce (max) of the error maxima gives every rank the group's result.
 CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerHandle& layer,
                             const ParallelTensor& x, const ParallelTensor& y) {
   Context ref(env.rank);
@@ -147,7 +127,10 @@ CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerH
     names.push_back(entry.first);
     placements.push_back(entry.second.placement);
   }
-  const std::vector<Tensor> want = reference_slices(env, spec, ref, names, placements);
+  SharedReference own;  // used only when the process shares none
+  SharedReference& reference = spec.reference ? *spec.reference : own;
+  const std::vector<Tensor> want =
+      reference.slices(spec, names, placements, env.rank, env.world, ref);
   std::vector<double> maxima;  // max_abs, scale per tensor
   for (std::size_t i = 0; i < got.size(); ++i) {
     const ParallelTensor& g = got[i].second;
@@ -231,7 +214,8 @@ std::vector<Tensor> SharedReference::slices(const LayerRunSpec& spec,
                                             int world, Context& into) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!context_) {
-    context_ = std::make_unique<Context>(0);
+    context_ = std::make_unique<Context>(into.rank());  // the first rank that asks
+    context_->set_step(into.step());
     tensors_ = single_device_reference(*context_, spec);
   }
   std::vector<std::string> have;

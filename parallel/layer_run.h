@@ -47,7 +47,8 @@ struct LayerRunSpec {
   // Called on rank 0 as each step starts (a progress line).
   std::function<void(int step)> on_step;
   // Ranks that are threads of one process share one single-device reference through this (made
-  // by the first rank to need it); without it every rank builds its own, as each MPI process must.
+  // by the first rank to need it); without it every rank builds one of its own, as each MPI
+  // process must.
   std::shared_ptr<SharedReference> reference;
 };
 
