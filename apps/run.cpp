@@ -227,15 +227,12 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   print_header(options, out);
   print_steps(result.rank0.steps, out);
   if (result.rank0.check.ran) print_check_table(result.rank0.check, out);
-  if (options.spec.layer.mode != ParallelMode::single) {
-    print_comm_table(result.rank0.comm,
-                     comm_model(options.spec.layer, options.spec.keep_gathered_input), out);
-  }
-  print_memory_table(result.memory[0], options.spec.layer, out);
+  const bool parallel = options.spec.layer.mode != ParallelMode::single;
   const std::vector<CommLine> model =
-      options.spec.layer.mode == ParallelMode::single
-          ? std::vector<CommLine>{}
-          : comm_model(options.spec.layer, options.spec.keep_gathered_input);
+      parallel ? comm_model(options.spec.layer, options.spec.keep_gathered_input)
+               : std::vector<CommLine>{};
+  if (parallel) print_comm_table(result.rank0.comm, model, out);
+  print_memory_table(result.memory[0], options.spec.layer, out);
   result.model_differences = model_differences(result.memory, result.rank0.comm, model);
   if (result.memory.size() > 1) {
     out << "other ranks (saved / formula / peak bytes):";

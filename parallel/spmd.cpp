@@ -208,14 +208,9 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
   }
   ThreadCommOptions comm_options;
   comm_options.timeout = options.timeout;
-  std::vector<Device> devices;
-  if (options.backend == DeviceKind::cuda) {
-    std::string why_none;
-    const int count = cuda_device_count(&why_none);
-    devices = thread_rank_devices(world, options.backend, count, why_none);
-  } else {
-    devices = thread_rank_devices(world, options.backend, 0);
-  }
+  std::string why_none;
+  const int count = options.backend == DeviceKind::cuda ? cuda_device_count(&why_none) : 0;
+  const std::vector<Device> devices = thread_rank_devices(world, options.backend, count, why_none);
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(world, comm_options);
   if (options.backend == DeviceKind::cuda) {  // cpu and reference tensors are host memory
     for (auto& comm : comms) comm = make_host_staging_comm(std::move(comm));
