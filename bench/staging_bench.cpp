@@ -4,17 +4,18 @@
 // of, measured in the same run: the host all_reduce alone on host buffers of the same size, and
 // the backend's copy of the buffer to the host and back (one rank, alone). On the CPU backend the
 // copies are memcpys, so CI can run it; on a GPU (--backend cuda) the copies cross PCIe.
-//   ./build/default/bench/staging_bench [--backend cpu|cuda] [--ranks 2,4] [--mib 1,16,64,256]
-//                                       [--reps 5]
+//   ./build/default/bench/staging_bench [--backend cpu|cuda|reference] [--ranks 2,4]
+//                                       [--mib 1,16,64,256] [--reps 5]
 // Prints one line per (ranks, size): the median time of each of the three, and the staged
 // all_reduce's algbw (bytes / time) in GB/s.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,38 +33,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  DeviceKind backend = DeviceKind::cpu;
+  std::string backend = "cpu";
   std::vector<int> ranks{2, 4};
   std::vector<int> mib{1, 16, 64, 256};
   int reps = 5;
 };
-
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--backend") {
-      o.backend = value == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-    } else if (flag == "--ranks") {
-      o.ranks = parse_list(value);
-    } else if (flag == "--mib") {
-      o.mib = parse_list(value);
-    } else if (flag == "--reps") {
-      o.reps = std::stoi(value);
-    } else {
-      throw std::runtime_error("unknown flag " + flag + " (--backend, --ranks, --mib, --reps)");
-    }
-  }
-  return o;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -119,18 +93,19 @@ double time_round_trip(std::int64_t bytes, DeviceKind backend, int reps) {
   return median(times);
 }
 
-int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
-  const char* name = o.backend == DeviceKind::cuda ? "cuda" : "cpu";
-  std::printf("staged all_reduce on backend %s, median of %d\n", name, o.reps);
+int run(const Options& o) {
+  const DeviceKind backend = o.backend == "cuda"        ? DeviceKind::cuda
+                             : o.backend == "reference" ? DeviceKind::reference
+                                                        : DeviceKind::cpu;
+  std::printf("staged all_reduce on backend %s, median of %d\n", o.backend.c_str(), o.reps);
   std::printf("%5s %8s %14s %14s %16s %12s\n", "ranks", "MiB", "staged_ms", "host_only_ms",
               "round_trip_ms", "algbw_GB/s");
   for (int ranks : o.ranks) {
     for (int mib : o.mib) {
       const std::int64_t bytes = std::int64_t{mib} << 20;
-      const double staged = time_all_reduce(ranks, bytes, o.backend, true, o.reps);
+      const double staged = time_all_reduce(ranks, bytes, backend, true, o.reps);
       const double host = time_all_reduce(ranks, bytes, DeviceKind::cpu, false, o.reps);
-      const double trip = time_round_trip(bytes, o.backend, o.reps);
+      const double trip = time_round_trip(bytes, backend, o.reps);
       std::printf("%5d %8d %14.3f %14.3f %16.3f %12.2f\n", ranks, mib, staged, host, trip,
                   static_cast<double>(bytes) / (staged * 1e6));
     }
@@ -142,8 +117,27 @@ int run(int argc, char** argv) {
 }  // namespace shardscope
 
 int main(int argc, char** argv) {
+  shardscope::Options o;
+  CLI::App app{"all_reduce of ranks sharing a device, staged through host memory"};
+  app.add_option("--backend", o.backend, "cpu, cuda or reference")
+      ->check(CLI::IsMember({"cpu", "cuda", "reference"}))
+      ->capture_default_str();
+  app.add_option("--ranks", o.ranks, "group sizes, e.g. 2,4")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  app.add_option("--mib", o.mib, "message sizes in MiB, e.g. 1,16,64,256")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--reps", o.reps, "timed all_reduces per size (their median is shown)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   try {
-    return shardscope::run(argc, argv);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return shardscope::run(o);
   } catch (const shardscope::ArgumentError& e) {  // no such device: as the other programs say it
     std::fprintf(stderr, "staging_bench: %s\n", e.what());
     return 2;
