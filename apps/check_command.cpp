@@ -46,11 +46,9 @@ int check_main(const CheckOptions& o, std::ostream& out, std::ostream& err) {
   } catch (const DegreeMismatchError& e) {
     err << "shardscope: --shards: " << e.what() << " (drop --shards)\n";
     return 2;
-  } catch (const ArgumentError& e) {  // an --only or --ignore entry that matches nothing
-    std::string what = e.what();
-    const std::string prefix = "compare_dumps: ";
-    if (what.rfind(prefix, 0) == 0) what = "--" + what.substr(prefix.size());
-    err << "shardscope: " << what << "\n";
+  } catch (const UnmatchedNameError& e) {
+    err << "shardscope: --" << e.field << " entry '" << e.pattern
+        << "' matches no tensor of either dump\n";
     return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";

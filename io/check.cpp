@@ -141,9 +141,13 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
 
 namespace {
 
+bool matches(const std::string& pattern, const std::string& name) {
+  return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
 bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
   for (const std::string& p : patterns) {
-    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+    if (matches(p, name)) return true;
   }
   return false;
 }
@@ -154,12 +158,9 @@ void check_patterns_match(const std::vector<std::string>& patterns, const char* 
   for (const std::string& p : patterns) {
     bool found = false;
     for (const Manifest* m : {&ma, &mb}) {
-      for (const ManifestTensor& t : m->tensors) found = found || matches_any({p}, t.name);
+      for (const ManifestTensor& t : m->tensors) found = found || matches(p, t.name);
     }
-    if (!found) {
-      throw ArgumentError(std::string("compare_dumps: ") + field + " entry '" + p +
-                          "' matches no tensor of either dump");
-    }
+    if (!found) throw UnmatchedNameError(field, p);
   }
 }
 
@@ -179,9 +180,7 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
   DumpComparison out{dir_a, dir_b, o.rtol, o.atol, {}, 0};
   const auto wanted = [&](const ManifestTensor& t) {
     if (!t.full() && !o.shards) return false;
-    const bool keep =
-        (o.only.empty() || matches_any(o.only, t.name)) && !matches_any(o.ignore, t.name);
-    return keep;
+    return (o.only.empty() || matches_any(o.only, t.name)) && !matches_any(o.ignore, t.name);
   };
   Context ctx(0);
   auto path = [](const std::string& dir, const ManifestTensor& t) {

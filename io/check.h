@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/tensor.h"
@@ -44,11 +45,23 @@ class DegreeMismatchError : public Error {
   using Error::Error;
 };
 
+// An entry of CompareOptions::only or ::ignore (`field`) that matches no tensor of either dump.
+class UnmatchedNameError : public ArgumentError {
+ public:
+  UnmatchedNameError(std::string field_name, std::string pattern_text)
+      : ArgumentError("compare_dumps: " + field_name + " entry '" + pattern_text +
+                      "' matches no tensor of either dump"),
+        field(std::move(field_name)),
+        pattern(std::move(pattern_text)) {}
+  std::string field;    // "only" or "ignore"
+  std::string pattern;  // the entry as given
+};
+
 // What compare_dumps compares. `only` and `ignore` hold tensor names or shell patterns
 // ("attn.*.grad", fnmatch): with `only`, a tensor is compared when it matches one of them; a
 // tensor matching an `ignore` entry is left out. A partial dump (another implementation's output
 // and input gradient, say) is checked with `only`. An entry that matches no tensor of either dump
-// is an ArgumentError naming it, so a misspelt name cannot pass unnoticed.
+// is an UnmatchedNameError naming it, so a misspelt name cannot pass unnoticed.
 struct CompareOptions {
   double rtol = kDefaultRtol, atol = kDefaultAtol;
   bool shards = false;  // also the per-rank shard files; both dumps must have the same degree

@@ -384,8 +384,14 @@ TEST_F(DumpTest, CompareDumpsOnlyAndIgnoreSelectTensorsByNameOrPattern) {
   CompareOptions misspelt;
   misspelt.only = {"act", "wieght"};
   EXPECT_THAT([&] { compare_dumps(a, b, misspelt); },
-              ::testing::ThrowsMessage<ArgumentError>(
+              ::testing::ThrowsMessage<UnmatchedNameError>(
                   HasSubstr("only entry 'wieght' matches no tensor of either dump")));
+  try {
+    compare_dumps(a, b, misspelt);
+  } catch (const UnmatchedNameError& e) {
+    EXPECT_EQ(e.field, "only");
+    EXPECT_EQ(e.pattern, "wieght");
+  }
 }
 
 TEST_F(DumpTest, CompareDumpsOfTwoDegreesShardByShardIsOneError) {
