@@ -83,6 +83,17 @@ class DumpTest : public ::testing::Test {
   static void write_json(const std::string& file, const json& j) {
     std::ofstream(file) << j.dump(2);
   }
+  // Drops every entry of tensor `name` from `dump`'s manifest; returns the manifest left.
+  static json drop_from_manifest(const std::string& dump, const std::string& name) {
+    const std::string file = dump + "/manifest.json";
+    json j = read_json(file);
+    auto& tensors = j["tensors"];
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                 [&](const json& t) { return t["name"] == name; }),
+                  tensors.end());
+    write_json(file, j);
+    return j;
+  }
   // The ManifestError message of reading `dump` after `edit` changed its manifest.
   static std::string manifest_error(const std::string& dump,
                                     const std::function<void(json&)>& edit) {
@@ -315,12 +326,7 @@ TEST_F(DumpTest, CompareDumpsNamesAPerturbedTensorAndItsWorstIndex) {
 TEST_F(DumpTest, CompareDumpsFailsAMissingTensorAndAShapeMismatch) {
   const std::string a = write_sample("a", 2), b = write_sample("b", 2);
   const std::string file = b + "/manifest.json";
-  json j = read_json(file);
-  auto& tensors = j["tensors"];
-  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                               [](const json& t) { return t["name"] == "bias"; }),
-                tensors.end());
-  write_json(file, j);
+  json j = drop_from_manifest(b, "bias");
   write_npy(b + "/partial.npy", Tensor::zeros(ctx_, {1, 2}));
   for (auto& t : j["tensors"]) {
     if (t["name"] == "partial" && t["rank"] == "full") t["shape"] = {1, 2};
@@ -356,13 +362,7 @@ TEST_F(DumpTest, CompareTensorsHandlesNanInfinityAndDtypes) {
 // entry is a name or a shell pattern, and one that matches nothing is an error naming it.
 TEST_F(DumpTest, CompareDumpsOnlyAndIgnoreSelectTensorsByNameOrPattern) {
   const std::string a = write_sample("a", 2), b = write_sample("b", 2);
-  const std::string file = b + "/manifest.json";
-  json j = read_json(file);
-  auto& tensors = j["tensors"];
-  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                               [](const json& t) { return t["name"] == "bias"; }),
-                tensors.end());
-  write_json(file, j);
+  drop_from_manifest(b, "bias");
   EXPECT_FALSE(compare_dumps(a, b).passed()) << "bias is missing in B";
   CompareOptions only;
   only.only = {"act", "w*"};
