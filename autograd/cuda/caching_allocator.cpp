@@ -70,22 +70,20 @@ void* CachingAllocator::allocate(std::size_t bytes) {
 // allocator's error state, so a retry that succeeds leaves no error behind.
 void* CachingAllocator::allocate_raw(std::size_t size, std::size_t bytes) {
   std::size_t released = 0;
+  const auto out_of_memory = [&](const char* raw) {
+    return OutOfMemoryError(
+        out_of_memory_message(device_, bytes, size, stats_.in_use, released, raw));
+  };
   for (;;) {
     const bool can_retry = released == 0 && stats_.cached > 0;
     try {
       return raw_.allocate(size);
     } catch (const OutOfMemoryError& e) {
       raw_.clear_error();
-      if (!can_retry) {
-        throw OutOfMemoryError(
-            out_of_memory_message(device_, bytes, size, stats_.in_use, released, e.what()));
-      }
+      if (!can_retry) throw out_of_memory(e.what());
     } catch (const std::bad_alloc& e) {
       raw_.clear_error();
-      if (!can_retry) {
-        throw OutOfMemoryError(
-            out_of_memory_message(device_, bytes, size, stats_.in_use, released, e.what()));
-      }
+      if (!can_retry) throw out_of_memory(e.what());
     } catch (...) {
       raw_.clear_error();
       if (!can_retry) throw;
