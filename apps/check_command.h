@@ -1,6 +1,7 @@
 // `shardscope check A B [--rtol --atol --shards]`: compares two dump folders tensor by tensor.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -13,7 +14,7 @@ namespace shardscope {
 
 struct CheckOptions {
   std::string a, b;
-  double rtol = 0, atol = 0;  // set to io/check.h's defaults by add_check_subcommand
+  std::optional<double> rtol, atol;  // unset: the per-dtype defaults (parallel/tensor_compare.h)
   bool shards = false;
   std::vector<std::string> only, ignore;  // --only, --ignore: tensor names or patterns
 };

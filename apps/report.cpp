@@ -59,13 +59,20 @@ nlohmann::json check_json(const CheckResult& check) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorCheck& t : check.tensors) {
     tensors.push_back({{"name", t.name},
+                       {"failed_elements", t.failed},
+                       {"elements", t.elements},
                        {"max_abs_err", t.max_abs_err},
                        {"max_rel_err", t.max_rel_err},
-                       {"passed", t.passed}});
+                       {"worst_over_bound", t.worst},
+                       {"passed", t.passed},
+                       {"diagnosis", t.diagnosis}});
   }
   return {{"ran", check.ran},
           {"passed", check.passed},
-          {"tolerance", check.tolerance},
+          {"rtol", check.tolerance.rtol},
+          {"atol", check.tolerance.atol},
+          {"steps_checked", check.steps_checked},
+          {"step", check.step},
           {"tensors", tensors}};
 }
 

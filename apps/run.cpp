@@ -23,6 +23,16 @@
 namespace shardscope {
 namespace {
 
+// ", checked against the single-device layer at every step" and the like, for the banner.
+std::string check_scope(const RunOptions& o) {
+  if (o.spec.layer.mode == ParallelMode::single) return "";
+  if (!o.spec.check) return ", not checked (--no-check)";
+  const int steps =
+      o.spec.check_steps < 0 ? o.spec.steps : std::min(o.spec.check_steps, o.spec.steps);
+  if (steps == o.spec.steps) return ", checked against the single-device layer at every step";
+  return ", checked against the single-device layer at steps 0-" + std::to_string(steps - 1);
+}
+
 void print_header(const RunOptions& o, std::ostream& out) {
   const LayerConfig& c = o.spec.layer;
   out << "shardscope run: mode " << mode_name(c.mode) << ", degree " << c.degree << " ("
@@ -31,7 +41,8 @@ void print_header(const RunOptions& o, std::ostream& out) {
       << c.seed << ", " << o.spec.steps
       << (o.spec.steps == 1 ? " SGD step (lr " : " SGD steps (lr ") << o.spec.learning_rate
       << "), backend " << backend_name(o.backend)
-      << (o.spec.check_finite ? ", every output and gradient checked for NaN/Inf" : "") << "\n";
+      << (o.spec.check_finite ? ", every output and gradient checked for NaN/Inf" : "")
+      << check_scope(o) << "\n";
 }
 
 void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
@@ -41,6 +52,7 @@ void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
     std::snprintf(line, sizeof line, "%4zu %11.6f %11.3f\n", i, steps[i].loss, steps[i].time_ms);
     out << line;
   }
+  out << "(time_ms leaves out the reference check and the dump)\n";
 }
 
 // Each line of `text` indented by two spaces.
@@ -138,9 +150,10 @@ LayerRunSpec spec_with_io(const RunOptions& options) {
   }
   if (isatty(STDERR_FILENO)) {  // a progress line for a person at a terminal
     spec.on_step = [mode = mode_name(spec.layer.mode), degree = spec.layer.degree,
-                    steps = spec.steps](int step) {
-      std::fprintf(stderr, "\r[shardscope] %s on %d rank(s): step %d/%d%s", mode, degree, step + 1,
-                   steps, step + 1 == steps ? "\n" : "");
+                    steps = spec.steps](int step, bool checked) {
+      std::fprintf(stderr, "\r\x1b[K[shardscope] %s on %d rank(s): step %d/%d%s%s", mode, degree,
+                   step + 1, steps, checked ? ", checking against the single-device layer" : "",
+                   step + 1 == steps ? "\n" : "");
     };
   }
   return spec;

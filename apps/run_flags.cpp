@@ -29,6 +29,9 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
                "nccl: skip the host-side exchange before every NCCL call that checks every rank "
                "issues the same collective");
   run.add_flag("--no-check", text.no_check, "skip the comparison with the single-device layer");
+  run.add_option("--check-steps", text.check_steps,
+                 "compare only the first N steps with the single-device layer (default: every "
+                 "step; each checked step costs one single-device step)");
   run.add_flag("--check-finite", o.spec.check_finite,
                "check every op's outputs and every gradient for NaN and Inf; the first one ends "
                "the run with an error naming the op, layer, phase, step and rank");
@@ -93,14 +96,14 @@ void resolve_comm_and_backend(const std::string& comm, const std::string& backen
 }
 
 bool RunFlags::is_run_flag(const std::string& name) {
-  static const char* const kNames[] = {"--mode",        "--comm",          "--backend",
-                                       "--no-check",    "--no-call-check", "--keep-gathered-input",
-                                       "--timeout-ms",  "--degree",        "--seq",
-                                       "--batch",       "--hidden",        "--heads",
-                                       "--dropout",     "--steps",         "--lr",
-                                       "--seed",        "--dtype",         "--report",
-                                       "--dump",        "--load",          "--check-finite",
-                                       "--random-norms"};
+  static const char* const kNames[] = {"--mode",         "--comm",          "--backend",
+                                       "--no-check",     "--no-call-check", "--keep-gathered-input",
+                                       "--timeout-ms",   "--degree",        "--seq",
+                                       "--batch",        "--hidden",        "--heads",
+                                       "--dropout",      "--steps",         "--lr",
+                                       "--seed",         "--dtype",         "--report",
+                                       "--dump",         "--load",          "--check-finite",
+                                       "--random-norms", "--check-steps"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -111,6 +114,14 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   o.spec.layer.dtype = parse_dtype(dtype);
   resolve_comm_and_backend(comm, backend, o);
   o.spec.check = !no_check;
+  if (check_steps) {
+    if (*check_steps < 1) {
+      throw ArgumentError("--check-steps must be at least 1, given " +
+                          std::to_string(*check_steps) + " (--no-check skips the check)");
+    }
+    if (no_check) throw ArgumentError("--check-steps and --no-check contradict each other");
+    o.spec.check_steps = *check_steps;
+  }
   o.check_calls = !no_call_check;
   if (inject_fault) o.fault = parse_fault_plan(*inject_fault);
   if (no_call_check && o.comm != CommKind::nccl) {

@@ -20,6 +20,7 @@ struct RunFlags {
   std::string comm, backend;
   bool no_check = false, no_call_check = false;
   std::optional<std::string> inject_fault;  // the text of --inject-fault, when given
+  std::optional<int> check_steps;           // --check-steps, when given
 
   // Adds --mode, --degree, --seq, ... to `app`; with `outputs`, also --report, --dump, --load
   // and --trace (the files a run writes or reads).

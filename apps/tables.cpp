@@ -36,17 +36,28 @@ bool is_modelled(const CommLine& line) {
 }  // namespace
 
 void print_check_table(const CheckResult& check, std::ostream& out) {
-  char line[200];
-  out << "\nreference check against the single-device layer (same weights and data; pass when "
-         "max_rel_err <= "
-      << check.tolerance << ")\n";
-  std::snprintf(line, sizeof line, "%-26s %14s %14s  %s\n", "tensor", "max_abs_err", "max_rel_err",
-                "result");
+  char line[240];
+  out << "\nreference check against the single-device layer stepping in lockstep (same weights, "
+         "data and SGD updates): an element passes when |a - b| <= "
+      << check.tolerance.atol << " max|b| + " << check.tolerance.rtol << " |b|\n";
+  if (check.passed) {
+    out << "steps 0-" << check.step << " checked, every tensor passed; step " << check.step
+        << ":\n";
+  } else {
+    out << "step " << check.step << " FAILED (steps before it passed):\n";
+  }
+  std::snprintf(line, sizeof line, "%-26s %20s %12s %12s %12s  %s\n", "tensor", "failed elements",
+                "max_abs_err", "max_rel_err", "worst/bound", "result");
   out << line;
   for (const TensorCheck& t : check.tensors) {
-    std::snprintf(line, sizeof line, "%-26s %14.3e %14.3e  %s\n", t.name.c_str(), t.max_abs_err,
-                  t.max_rel_err, t.passed ? "pass" : "FAIL");
+    const std::string failed = std::to_string(t.failed) + " of " + std::to_string(t.elements);
+    std::snprintf(line, sizeof line, "%-26s %20s %12.3e %12.3e %12.3e  %s\n", t.name.c_str(),
+                  failed.c_str(), t.max_abs_err, t.max_rel_err, t.worst,
+                  t.passed ? "pass" : "FAIL");
     out << line;
+  }
+  for (const TensorCheck& t : check.tensors) {
+    if (!t.diagnosis.empty()) out << "  " << t.name << ": " << t.diagnosis << "\n";
   }
   out << "check " << (check.passed ? "passed" : "FAILED") << "\n";
 }

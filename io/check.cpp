@@ -26,23 +26,6 @@ std::vector<std::int64_t> unravel(std::int64_t flat, const Shape& shape) {
   return index;
 }
 
-// One element: sets whether it passes and how far it is past its bound (+inf for NaN or an
-// infinity that the other side does not match).
-struct ElementResult {
-  bool ok;
-  double diff, rel, excess;
-};
-
-ElementResult compare_element(double a, double b, double rtol, double atol) {
-  const double diff = a == b ? 0.0 : std::fabs(a - b);
-  const double bound = atol + rtol * std::fabs(b);
-  const bool ok = a == b || (std::isfinite(a) && std::isfinite(b) && diff <= bound);
-  const double rel = b != 0 ? diff / std::fabs(b) : (diff == 0 ? 0.0 : kInf);
-  double excess = diff - bound;
-  if (!ok && !std::isfinite(excess)) excess = kInf;
-  return {ok, diff, rel, excess};
-}
-
 std::string number(double v, const char* format = "%.3e") {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -59,6 +42,17 @@ std::string index_text(const TensorComparison& c) {
     s += (i ? ", " : "") + std::to_string(c.worst_index[i]);
   }
   return s + "] (" + number(c.worst_a, "%.7g") + " vs " + number(c.worst_b, "%.7g") + ")";
+}
+
+// "rtol 1e-3, atol 1e-3" as asked, or the per-dtype defaults.
+std::string tolerance_text(const DumpComparison& c) {
+  const Tolerance f32 = default_tolerance(DType::f32), f64 = default_tolerance(DType::f64);
+  auto one = [](const char* what, const std::optional<double>& asked, double a32, double a64) {
+    return std::string(what) + " " +
+           (asked ? number(*asked, "%g")
+                  : number(a32, "%g") + " (f32) / " + number(a64, "%g") + " (f64)");
+  };
+  return one("rtol", c.rtol, f32.rtol, f64.rtol) + ", " + one("atol", c.atol, f32.atol, f64.atol);
 }
 
 TensorComparison missing_row(const ManifestTensor& present, bool in_a) {
@@ -78,9 +72,15 @@ std::vector<std::string> table_row(const TensorComparison& c) {
   std::string result = c.passed ? "pass" : "FAIL";
   if (!c.note.empty()) result += " (" + c.note + ")";
   const bool measured = both && c.shape_a == c.shape_b;
-  return {
-      c.label(),     shape, measured ? number(c.max_abs) : "-", measured ? number(c.max_rel) : "-",
-      index_text(c), result};
+  const std::string failed =
+      measured ? std::to_string(c.failed_elements) + " of " + std::to_string(c.elements) : "-";
+  return {c.label(),
+          shape,
+          failed,
+          measured ? number(c.max_abs) : "-",
+          measured ? number(c.max_rel) : "-",
+          index_text(c),
+          result};
 }
 
 }  // namespace
@@ -95,7 +95,7 @@ bool DumpComparison::passed() const {
 }
 
 TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
-                                 double rtol, double atol, int t) {
+                                 const Tolerance& tolerance, int t) {
   TensorComparison c;
   c.name = name;
   c.in_a = c.in_b = true;
@@ -110,17 +110,23 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
         std::string("dtype ") + dtype_name(a.dtype()) + " in A, " + dtype_name(b.dtype()) + " in B";
   }
   const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  const double scale = scale_of(vb);
+  const ElementStats stats = compare_elements(name, va, vb, scale, tolerance);
+  c.failed_elements = stats.failed;
+  c.elements = stats.elements;
+  // The element furthest past its bound (a NaN or an unmatched infinity first), and max |a-b|/|b|.
   double worst_excess = -kInf;
   std::size_t worst = 0;
   for (std::size_t i = 0; i < va.size(); ++i) {
-    const ElementResult e = compare_element(va[i], vb[i], rtol, atol);
-    if (!e.ok) ++c.failed_elements;
+    const double diff = va[i] == vb[i] ? 0.0 : std::fabs(va[i] - vb[i]);
+    const double rel = vb[i] != 0 ? diff / std::fabs(vb[i]) : (diff == 0 ? 0.0 : kInf);
     c.max_abs =
-        std::isnan(e.diff) || std::isnan(c.max_abs) ? std::nan("") : std::max(c.max_abs, e.diff);
-    c.max_rel =
-        std::isnan(e.rel) || std::isnan(c.max_rel) ? std::nan("") : std::max(c.max_rel, e.rel);
-    if (e.excess > worst_excess || std::isnan(e.excess)) {
-      worst_excess = std::isnan(e.excess) ? kInf : e.excess;
+        std::isnan(diff) || std::isnan(c.max_abs) ? std::nan("") : std::max(c.max_abs, diff);
+    c.max_rel = std::isnan(rel) || std::isnan(c.max_rel) ? std::nan("") : std::max(c.max_rel, rel);
+    double excess = diff - element_bound(vb[i], scale, tolerance);
+    if (!std::isfinite(excess) && diff != 0) excess = kInf;
+    if (excess > worst_excess) {
+      worst_excess = excess;
       worst = i;
     }
   }
@@ -131,10 +137,7 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
   }
   c.passed = c.failed_elements == 0;
   if (!c.passed) {
-    const std::string failed = std::to_string(c.failed_elements) + " of " +
-                               std::to_string(va.size()) + " elements out of tolerance";
-    c.note = c.note.empty() ? failed : failed + "; " + c.note;
-    c.diagnosis = diagnose(va, vb, a.shape(), t, rtol, atol).text;
+    c.diagnosis = diagnose(va, vb, a.shape(), t, tolerance.rtol, tolerance.atol * scale).text;
   }
   return c;
 }
@@ -178,6 +181,12 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
   check_patterns_match(o.only, "only", ma, mb);
   check_patterns_match(o.ignore, "ignore", ma, mb);
   DumpComparison out{dir_a, dir_b, o.rtol, o.atol, {}, 0};
+  // The tolerance of a pair: what was asked, else the narrower dtype's default.
+  const auto tolerance = [&o](const Tensor& a, const Tensor& b) {
+    const bool wide = a.dtype() == DType::f64 && b.dtype() == DType::f64;
+    const Tolerance d = default_tolerance(wide ? DType::f64 : DType::f32);
+    return Tolerance{o.rtol.value_or(d.rtol), o.atol.value_or(d.atol)};
+  };
   const auto wanted = [&](const ManifestTensor& t) {
     if (!t.full() && !o.shards) return false;
     return (o.only.empty() || matches_any(o.only, t.name)) && !matches_any(o.ignore, t.name);
@@ -198,7 +207,7 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
     }
     const Tensor a = read_npy(path(dir_a, ea), ctx), b = read_npy(path(dir_b, *eb), ctx);
     out.rows.push_back(
-        compare_tensors(ea.name, a, b, o.rtol, o.atol, std::max(ma.degree, mb.degree)));
+        compare_tensors(ea.name, a, b, tolerance(a, b), std::max(ma.degree, mb.degree)));
     out.rows.back().rank = ea.rank;
   }
   for (const ManifestTensor& eb : mb.tensors) {
@@ -207,8 +216,8 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
   return out;
 }
 
-DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b, double rtol,
-                             double atol, bool shards) {
+DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
+                             std::optional<double> rtol, std::optional<double> atol, bool shards) {
   CompareOptions options;
   options.rtol = rtol;
   options.atol = atol;
@@ -218,10 +227,10 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
 
 void print_comparison(const DumpComparison& c, std::ostream& out) {
   out << "shardscope check: A = " << c.dir_a << ", B = " << c.dir_b << "\n"
-      << "an element passes when |a - b| <= atol + rtol * |b|: rtol " << number(c.rtol, "%g")
-      << ", atol " << number(c.atol, "%g") << "\n";
-  std::vector<std::vector<std::string>> rows{
-      {"tensor", "shape", "max_abs", "max_rel", "worst index (a vs b)", "result"}};
+      << "an element passes when |a - b| <= atol max|b| + rtol |b| (max|b| over the tensor): "
+      << tolerance_text(c) << "\n";
+  std::vector<std::vector<std::string>> rows{{"tensor", "shape", "failed elements", "max_abs",
+                                              "max_rel", "worst index (a vs b)", "result"}};
   for (const TensorComparison& r : c.rows) rows.push_back(table_row(r));
   std::vector<std::size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -230,7 +239,7 @@ void print_comparison(const DumpComparison& c, std::ostream& out) {
   for (const auto& row : rows) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {
-      const bool right = i == 2 || i == 3;  // numbers
+      const bool right = i >= 2 && i <= 4;  // numbers
       const std::string pad(width[i] - row[i].size(), ' ');
       line +=
           (i ? "  " : "") + (right ? pad + row[i] : (i + 1 < row.size() ? row[i] + pad : row[i]));

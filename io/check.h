@@ -1,10 +1,12 @@
 // `shardscope check`: compares two dump folders tensor by tensor (same names; the full tensors by
-// default, the per-rank shards too on request). An element passes when
-// |a - b| <= atol + rtol * |b| (B is the reference, as in numpy.isclose); a NaN never passes. A
-// tensor passes when every element does and the shapes agree; a tensor missing on one side fails.
+// default, the per-rank shards too on request) under the rule of every check
+// (parallel/tensor_compare.h): an element passes when |a - b| <= atol max|b| + rtol |b|, B being
+// the reference and max|b| taken over the tensor; a NaN never passes. A tensor passes when every
+// element does and the shapes agree; a tensor missing on one side fails.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -12,15 +14,9 @@
 
 #include "autograd/tensor.h"
 #include "io/manifest.h"
+#include "parallel/tensor_compare.h"
 
 namespace shardscope {
-
-// Defaults for f32 dumps from two implementations: a sum of h products computed in another order
-// differs by a few ulp of the sum (about 1e-6 relative), so rtol 1e-4 leaves room for the layer's
-// depth; atol 1e-6 covers elements that cancel to near zero, far below the gradient scale
-// (2 / (s b h) per element). A real bug (a wrong slice, a missing reduction) is of order 1.
-constexpr double kDefaultRtol = 1e-4;
-constexpr double kDefaultAtol = 1e-6;
 
 struct TensorComparison {
   std::string name;
@@ -32,6 +28,7 @@ struct TensorComparison {
   std::vector<std::int64_t> worst_index;  // the element with the largest |a-b| - atol - rtol*|b|
   double worst_a = 0, worst_b = 0;        // the values there
   std::int64_t failed_elements = 0;
+  std::int64_t elements = 0;
   bool passed = false;
   std::string note;       // why it failed, or a remark ("dtype f32 in A, f64 in B")
   std::string diagnosis;  // a failed tensor of equal shapes: what the difference looks like
@@ -63,14 +60,15 @@ class UnmatchedNameError : public ArgumentError {
 // and input gradient, say) is checked with `only`. An entry that matches no tensor of either dump
 // is an UnmatchedNameError naming it, so a misspelt name cannot pass unnoticed.
 struct CompareOptions {
-  double rtol = kDefaultRtol, atol = kDefaultAtol;
+  // Unset: default_tolerance of the narrower dtype of the two tensors (f32's for f32 against f64).
+  std::optional<double> rtol, atol;
   bool shards = false;  // also the per-rank shard files; both dumps must have the same degree
   std::vector<std::string> only, ignore;
 };
 
 struct DumpComparison {
   std::string dir_a, dir_b;
-  double rtol = kDefaultRtol, atol = kDefaultAtol;
+  std::optional<double> rtol, atol;    // as asked (unset: per dtype)
   std::vector<TensorComparison> rows;  // A's order, then the names only B has
   std::int64_t left_out = 0;           // entries left out by CompareOptions::only / ignore
 
@@ -81,7 +79,7 @@ struct DumpComparison {
 // Compares two tensors of any dtype and device element by element; a failure of equal shapes is
 // diagnosed (parallel/diagnosis.h), `t` being the larger group size of the two runs.
 TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
-                                 double rtol, double atol, int t = 1);
+                                 const Tolerance& tolerance, int t = 1);
 
 // Reads both manifests (validated; ManifestError or NpyError on a bad dump) and compares the
 // tensors of the same name (and rank, with `shards`). DegreeMismatchError when `shards` is asked
@@ -89,7 +87,7 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
 DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
                              const CompareOptions& options);
 DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
-                             double rtol = kDefaultRtol, double atol = kDefaultAtol,
+                             std::optional<double> rtol = {}, std::optional<double> atol = {},
                              bool shards = false);
 
 // The table: tensor, shape, max_abs, max_rel, worst index (with a and b there), result; then

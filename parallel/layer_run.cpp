@@ -13,6 +13,7 @@
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "parallel/collective_ops.h"
+#include "parallel/diagnosis.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallel_layer.h"
 
@@ -109,50 +110,108 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   return {sum_sq.item() / n, seed};
 }
 
-// Every rank compares its slices of the output, input gradient and parameter gradients with the
-// same slices of the single-device layer's (the process's shared reference, or one of its own);
-// one all-reduce (max) of the error maxima gives every rank the group's result.
-CheckResult reference_check(RankEnv& env, const LayerRunSpec& spec, const LayerHandle& layer,
-                            const ParallelTensor& x, const ParallelTensor& y) {
-  Context ref(env.rank);
-  ref.set_step(env.ctx.step());
-  std::vector<std::pair<std::string, ParallelTensor>> got{
-      {"output", y}, {"input.grad", {x.local.grad(), x.placement, x.global}}};
-  for (const ShardedParameter& p : layer.params()) {
-    got.push_back({p.name + ".grad", {p.local.grad(), p.placement, p.global}});
-  }
+// The tensors a rank compares at a checked step, named as the reference names them: the output,
+// the loss, the input gradient and every parameter gradient (before the update), or every
+// parameter (after it).
+struct CheckedTensors {
   std::vector<std::string> names;
-  std::vector<Placement> placements;
-  for (const auto& entry : got) {
-    names.push_back(entry.first);
-    placements.push_back(entry.second.placement);
+  std::vector<ParallelTensor> got;
+  void add(const std::string& name, const ParallelTensor& t) {
+    names.push_back(name);
+    got.push_back(t);
   }
-  SharedReference own;  // used only when the process shares none
-  SharedReference& reference = spec.reference ? *spec.reference : own;
-  const std::vector<Tensor> want =
-      reference.slices(spec, names, placements, env.rank, env.world, ref);
-  std::vector<double> maxima;  // max_abs, scale per tensor
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const ParallelTensor& g = got[i].second;
-    const Tensor& mine = want[i];
-    const ErrorParts parts = error_parts(got[i].first, g.local, mine);
-    maxima.push_back(parts.max_abs);
-    maxima.push_back(parts.scale);
+  std::vector<Placement> placements() const {
+    std::vector<Placement> out;
+    for (const ParallelTensor& t : got) out.push_back(t.placement);
+    return out;
   }
-  Tensor all =
-      Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(maxima.size())}, maxima, DType::f64);
+};
+
+CheckedTensors before_update(const LayerHandle& layer, const ParallelTensor& x,
+                             const ParallelTensor& y, double loss) {
+  CheckedTensors c;
+  c.add("output", y);
+  c.add("loss", {Tensor::full(x.local.ctx(), Shape{1}, loss, DType::f64), Placement::replicate(),
+                 Shape{1}});
+  c.add("input.grad", {x.local.grad(), x.placement, x.global});
+  for (const ShardedParameter& p : layer.params()) {
+    c.add(p.name + ".grad", {p.local.grad(), p.placement, p.global});
+  }
+  return c;
+}
+
+CheckedTensors after_update(const LayerHandle& layer) {
+  CheckedTensors c;
+  for (const ShardedParameter& p : layer.params()) c.add(p.name, {p.local, p.placement, p.global});
+  return c;
+}
+
+// Compares the tensors of `c` with their reference slices `want`, every rank its own; one
+// all-gather of the per-rank statistics gives every rank the group's. A failed tensor is
+// diagnosed whole: a sharded one gathered, a replicated one broadcast from the first rank whose
+// copy failed, against the full reference on the rank that diagnoses (rank 0; the others keep the
+// statistics).
+std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
+                                      const CheckedTensors& c, const SharedReference::Slices& want,
+                                      SharedReference& reference, int step) {
+  const std::size_t from = 0, to = c.names.size();
+  const Tolerance tolerance = default_tolerance(spec.layer.dtype);
+  constexpr std::size_t kStats = 4;
+  std::vector<double> mine;
+  for (std::size_t i = from; i < to; ++i) {
+    const ElementStats e = compare_elements(c.names[i], c.got[i].local.to_vector(),
+                                            want.tensors[i].to_vector(), want.scales[i], tolerance);
+    mine.insert(mine.end(), {static_cast<double>(e.elements), static_cast<double>(e.failed),
+                             e.max_abs, e.worst});
+  }
   env.ctx.set_current_op("reference_check");
-  env.group.all_reduce(all, ReduceOp::max, CommPurpose::check);
-  const std::vector<double> m = all.to_vector();
-  CheckResult result;
-  result.ran = true;
-  result.tolerance = check_tolerance(spec.layer.dtype);
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    result.tensors.push_back(
-        finish_check(got[i].first, {m[2 * i], m[2 * i + 1]}, result.tolerance));
-    result.passed = result.passed && result.tensors.back().passed;
+  const std::vector<double> all =
+      env.group
+          .all_gather(Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(mine.size())}, mine,
+                                          DType::f64),
+                      CommPurpose::check)
+          .to_vector();
+  std::vector<TensorCheck> out;
+  for (std::size_t i = from; i < to; ++i) {
+    const bool replicated = !c.got[i].placement.is_shard();
+    ElementStats group;
+    int first_failed = -1;
+    for (int r = 0; r < env.world; ++r) {
+      const double* v = &all[static_cast<std::size_t>(r) * mine.size() + (i - from) * kStats];
+      const ElementStats e{static_cast<std::int64_t>(v[0]), static_cast<std::int64_t>(v[1]), v[2],
+                           v[3]};
+      if (e.failed > 0 && first_failed < 0) first_failed = r;
+      // A replicated tensor is whole on every rank: its count is the worst rank's, not a sum.
+      group =
+          replicated
+              ? ElementStats{std::max(group.elements, e.elements), std::max(group.failed, e.failed),
+                             std::max(group.max_abs, e.max_abs), std::max(group.worst, e.worst)}
+              : merge(group, e);
+    }
+    TensorCheck check = finish_check(c.names[i], group, want.scales[i]);
+    if (!check.passed) {
+      Tensor whole = c.got[i].local;
+      if (replicated) {
+        whole = c.got[i].local.clone();
+        env.group.broadcast(whole, first_failed, CommPurpose::check);
+      } else {
+        whole = gather_to_full(env.group, whole, c.got[i].placement, CommPurpose::check);
+      }
+      if (env.rank == 0) {
+        const Tensor full_want = reference.full(step, c.names[i], env.ctx);
+        check.diagnosis = diagnose(whole.to_vector(), full_want.to_vector(), whole.shape(),
+                                   env.world, tolerance.rtol, tolerance.atol * want.scales[i])
+                              .text;
+        if (replicated && first_failed > 0) {
+          check.diagnosis +=
+              " (rank " + std::to_string(first_failed) + "'s copy; rank 0's " +
+              std::string(all[(i - from) * kStats + 1] > 0 ? "differs too" : "is right") + ")";
+        }
+      }
+    }
+    out.push_back(std::move(check));
   }
-  return result;
+  return out;
 }
 
 // Every rank's memory totals, so one rank (or one MPI process) can report them all.
@@ -192,42 +251,96 @@ std::vector<RankTensor> run_tensors(const LayerHandle& layer, const ParallelTens
 
 }  // namespace
 
+// The single-device layer on the run's full weights and data, stepping as the run does.
+struct ReferenceLayer {
+  TransformerLayer layer;
+  Tensor x, target;
+  double learning_rate;
+
+  static LayerConfig single(LayerConfig c) {
+    c.mode = ParallelMode::single;
+    c.degree = 1;
+    return c;
+  }
+  ReferenceLayer(FullData d, const LayerRunSpec& spec)
+      : layer(single(spec.layer), std::move(d.weights)),
+        x(d.x.set_requires_grad(true)),
+        target(d.target),
+        learning_rate(spec.learning_rate) {}
+
+  // One step in `ctx` (whose step is set): forward, loss, backward, then the SGD update.
+  std::vector<std::pair<std::string, Tensor>> step(Context& ctx) {
+    std::vector<std::pair<std::string, Tensor>> out;
+    {
+      Tensor y = layer.forward(x);
+      Tensor loss = mse_loss(y, target);
+      loss.backward();
+      out.push_back({"output", y.detach()});
+      out.push_back({"loss", Tensor::full(ctx, Shape{1}, loss.item(), DType::f64)});
+    }
+    NoGradGuard no_grad(ctx);
+    out.push_back({"input.grad", x.grad().clone()});
+    x.zero_grad();
+    const auto named = layer.weights().named();
+    for (const auto& [name, p] : named) out.push_back({name + ".grad", p.grad().clone()});
+    sgd_step(layer.parameters(), learning_rate);
+    for (const auto& [name, p] : named) out.push_back({name, p});
+    return out;
+  }
+};
+
 std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref,
                                                                     const LayerRunSpec& spec) {
-  LayerConfig single = spec.layer;
-  single.mode = ParallelMode::single;
-  single.degree = 1;
-  FullData d = full_data(ref, spec);
-  TransformerLayer reference(single, std::move(d.weights));
-  Tensor x = d.x.set_requires_grad(true);
-  Tensor y = reference.forward(x);
-  mse_loss(y, d.target).backward();
-  std::vector<std::pair<std::string, Tensor>> out{{"output", y}, {"input.grad", x.grad()}};
-  for (const auto& [name, p] : reference.weights().named())
-    out.push_back({name + ".grad", p.grad()});
-  return out;
+  ReferenceLayer reference(full_data(ref, spec), spec);
+  return reference.step(ref);
 }
 
-std::vector<Tensor> SharedReference::slices(const LayerRunSpec& spec,
-                                            const std::vector<std::string>& names,
-                                            const std::vector<Placement>& placements, int rank,
-                                            int world, Context& into) {
+SharedReference::SharedReference() = default;
+SharedReference::~SharedReference() = default;
+
+SharedReference::Slices SharedReference::slices(const LayerRunSpec& spec, int step,
+                                                const std::vector<std::string>& names,
+                                                const std::vector<Placement>& placements, int rank,
+                                                int world, Context& into) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!context_) {
-    context_ = std::make_unique<Context>(into.rank());  // the first rank that asks
-    context_->set_step(into.step());
-    tensors_ = single_device_reference(*context_, spec);
+  const std::string where = "rank " + std::to_string(rank) + ": the reference check";
+  if (step != step_) {
+    if (step != step_ + 1) {
+      throw StateError(where + " asked for step " + std::to_string(step) +
+                       " of the single-device reference, which is at step " +
+                       std::to_string(step_) + " (steps are checked in order, from 0)");
+    }
+    if (!context_) {
+      context_ = std::make_unique<Context>(into.rank());  // the first rank that asks
+      layer_ = std::make_unique<ReferenceLayer>(full_data(*context_, spec), spec);
+    }
+    context_->set_step(step);
+    previous_ = std::move(tensors_);
+    tensors_ = layer_->step(*context_);
+    step_ = step;
   }
   std::vector<std::string> have;
   for (const auto& entry : tensors_) have.push_back(entry.first);
-  const std::vector<std::size_t> pair =
-      pair_by_name(names, have, "rank " + std::to_string(rank) + ": the reference check");
-  std::vector<Tensor> out;
+  const std::vector<std::size_t> pair = pair_by_name(names, have, where);
+  Slices out;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    out.push_back(
-        slice_of_full(tensors_[pair[i]].second, placements[i], rank, world).copy_to(into));
+    const Tensor& full = tensors_[pair[i]].second;
+    out.tensors.push_back(slice_of_full(full, placements[i], rank, world).copy_to(into));
+    out.scales.push_back(scale_of(full.to_vector()));
   }
   return out;
+}
+
+Tensor SharedReference::full(int step, const std::string& name, Context& into) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto& tensors = step == step_ ? tensors_ : previous_;
+  if (step != step_ && step != step_ - 1) {
+    throw StateError("the single-device reference no longer holds step " + std::to_string(step));
+  }
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t.copy_to(into);
+  }
+  throw StateError("the single-device reference has no tensor '" + name + "'");
 }
 
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
@@ -272,18 +385,37 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
   } check_finite{env.ctx, env.ctx.check_finite()};
   env.ctx.set_check_finite(spec.check_finite || check_finite.previous);
 
+  const bool checked_run = spec.check && c.mode != ParallelMode::single;
+  std::unique_ptr<SharedReference> own_reference;  // when the process shares none (MPI)
+  SharedReference* reference = spec.reference.get();
+  if (checked_run && !reference) {
+    own_reference = std::make_unique<SharedReference>();
+    reference = own_reference.get();
+  }
   RankRun run;
   run.rank = env.rank;
+  run.check.ran = checked_run;
+  run.check.tolerance = default_tolerance(c.dtype);
   run.steps.reserve(static_cast<std::size_t>(spec.steps));  // no growth as the run goes on
   for (int step = 0; step < spec.steps; ++step) {
     env.ctx.set_step(step);
-    if (spec.on_step && env.rank == 0) spec.on_step(step);
+    // The check stops at the first step that fails: from there the two layers differ anyway.
+    const bool check_step =
+        checked_run && run.check.passed && (spec.check_steps < 0 || step < spec.check_steps);
+    if (spec.on_step && env.rank == 0) spec.on_step(step, check_step);
     const auto start = std::chrono::steady_clock::now();
     // The last step's output is let go first, so an inspector never holds memory the run
     // would have freed (the ledger's numbers stay those of `shardscope run`).
     if (inspector && step > 0) inspector->tensor(env.rank, "output", ParallelTensor{});
     std::chrono::duration<double, std::milli> checking{0};  // left out of the step's time
+    auto timed = [&checking](auto&& work) {
+      const auto from = std::chrono::steady_clock::now();
+      work();
+      checking += std::chrono::steady_clock::now() - from;
+    };
     double loss = 0;
+    Context ref(env.rank);  // the reference's slices for this rank
+    SharedReference::Slices want_after;
     {  // the step's output, seed and graph live in here
       ParallelTensor y = layer.forward(x);
       if (inspector) inspector->tensor(env.rank, "output", y);
@@ -292,23 +424,50 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       std::tie(loss, seed) = mse_and_seed(env.group, y, target);
       y.local.backward(seed);
       layer.reduce_gradients();
-      if (step == 0 && spec.check && c.mode != ParallelMode::single) {
-        const auto check_start = std::chrono::steady_clock::now();
-        layer.check_replicated();
-        run.check = reference_check(env, spec, layer, x, y);
-        if (inspector) inspector->check(env.rank, run.check);
-        checking = std::chrono::steady_clock::now() - check_start;
+      if (check_step) {
+        timed([&] {
+          const CheckedTensors before = before_update(layer, x, y, loss);
+          const CheckedTensors after = after_update(layer);
+          std::vector<std::string> names = before.names;
+          std::vector<Placement> placements = before.placements();
+          names.insert(names.end(), after.names.begin(), after.names.end());
+          for (const Placement& p : after.placements()) placements.push_back(p);
+          SharedReference::Slices want =
+              reference->slices(spec, step, names, placements, env.rank, env.world, ref);
+          const std::size_t n = before.names.size();
+          want_after.tensors.assign(want.tensors.begin() + static_cast<std::ptrdiff_t>(n),
+                                    want.tensors.end());
+          want_after.scales.assign(want.scales.begin() + static_cast<std::ptrdiff_t>(n),
+                                   want.scales.end());
+          want.tensors.resize(n);
+          want.scales.resize(n);
+          run.check.tensors = compare_part(env, spec, before, want, *reference, step);
+        });
       }
       if (step == 0 && spec.dump) {  // also left out of the step's time
-        const auto dump_start = std::chrono::steady_clock::now();
-        spec.dump(env, run_tensors(layer, x, target, y, seed));
-        checking += std::chrono::steady_clock::now() - dump_start;
+        timed([&] { spec.dump(env, run_tensors(layer, x, target, y, seed)); });
       }
     }
     std::vector<Tensor> params;
     for (const ShardedParameter& p : layer.params()) params.push_back(p.local);
     sgd_step(params, spec.learning_rate);
     x.local.zero_grad();
+    if (check_step) {
+      timed([&] {
+        for (TensorCheck& t :
+             compare_part(env, spec, after_update(layer), want_after, *reference, step)) {
+          run.check.tensors.push_back(std::move(t));
+        }
+        run.check.step = step;
+        run.check.steps_checked = step + 1;
+        run.check.passed = std::all_of(run.check.tensors.begin(), run.check.tensors.end(),
+                                       [](const TensorCheck& t) { return t.passed; });
+        // Replicated parameters bit-equal on every rank (the reference check allows rounding).
+        if (run.check.passed) layer.check_replicated();
+        if (inspector) inspector->check(env.rank, run.check);
+      });
+    }
+    want_after = {};
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start - checking;
     run.steps.push_back({loss, elapsed.count(), ledger.live_total()});

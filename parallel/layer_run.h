@@ -1,8 +1,9 @@
 // One rank's run of the layer in any mode: a few SGD steps on deterministic data with the memory
-// ledger and the communication log attached, and at step 0 the reference check against the
-// single-device layer built from the same full weights and inputs. Every rank builds that
-// reference (it is deterministic) and compares its own slices; one all-reduce of the error maxima
-// gives every rank the group's result.
+// ledger and the communication log attached, checked at every step against the single-device
+// layer built from the same full weights and inputs and stepping in lockstep with it (the same SGD
+// updates): the output, the loss, the input and parameter gradients, and the parameters after the
+// update. Each rank compares its own slices; one all-gather of the per-rank counts gives every
+// rank the group's result, and a failed tensor is gathered whole and diagnosed.
 #pragma once
 
 #include <functional>
@@ -34,7 +35,10 @@ struct LayerRunSpec {
   LayerConfig layer;
   int steps = 5;
   double learning_rate = 0.1;
-  bool check = true;  // compare step 0 with the single-device layer; check replicated params
+  bool check = true;  // compare with the single-device layer; check replicated params
+  // The steps checked, from step 0 (-1: every step). A step that is checked costs one
+  // single-device step on the process (shared by its rank threads) and the comparisons.
+  int check_steps = -1;
   bool keep_gathered_input = false;  // tp-sp: keep the gathered linear inputs for backward
   // The numerical guard (Context::set_check_finite) on the rank's context for the whole run: the
   // first NaN or Inf in an op's output or a gradient is a NumericalError naming the op and rank.
@@ -44,29 +48,48 @@ struct LayerRunSpec {
   // Overwrites a full tensor the run starts from (a parameter by name, "input", "target") with
   // loaded values, instead of the seed's.
   std::function<void(const std::string& name, const Tensor& full)> load;
-  // Called on rank 0 as each step starts (a progress line).
-  std::function<void(int step)> on_step;
+  // Called on rank 0 as each step starts (a progress line); `checked`: the step is compared.
+  std::function<void(int step, bool checked)> on_step;
   // Ranks that are threads of one process share one single-device reference through this (made
   // by the first rank to need it); without it every rank builds one of its own, as each MPI
   // process must.
   std::shared_ptr<SharedReference> reference;
 };
 
-// The single-device layer's step-0 output and gradients, computed once for every rank of a
+struct ReferenceLayer;
+
+// The single-device layer stepping in lockstep with the run, computed once for every rank of a
 // process that is given the same SharedReference. Thread-safe: each rank copies its slices out
 // under a lock into its own context.
 class SharedReference {
  public:
-  // Computes the reference on first use (the others wait), then for every name in `names` the
-  // slice of rank `rank` of `world` under `placements[i]`, copied into `into`.
-  std::vector<Tensor> slices(const LayerRunSpec& spec, const std::vector<std::string>& names,
-                             const std::vector<Placement>& placements, int rank, int world,
-                             Context& into);
+  SharedReference();
+  ~SharedReference();
+  SharedReference(const SharedReference&) = delete;
+  SharedReference& operator=(const SharedReference&) = delete;
+
+  struct Slices {
+    std::vector<Tensor> tensors;  // rank `rank`'s slice of each named tensor, in `into`
+    std::vector<double> scales;   // each full tensor's max |value| (the tolerance's scale)
+  };
+  // Step `step` of the single-device layer (single_device_step's tensors), computed when the
+  // first rank asks for it (the others wait): steps are taken in order, each once, and every rank
+  // takes its slices of step k before any rank asks for step k + 1 (the check's all-gather orders
+  // them). For every name in `names` the slice under `placements[i]`, copied into `into`.
+  // StateError for a step out of order or a name the reference does not have.
+  Slices slices(const LayerRunSpec& spec, int step, const std::vector<std::string>& names,
+                const std::vector<Placement>& placements, int rank, int world, Context& into);
+  // The full tensor `name` of step `step` (the latest step or the one before), copied into
+  // `into`: what a failed tensor is diagnosed against.
+  Tensor full(int step, const std::string& name, Context& into);
 
  private:
   std::mutex mutex_;
   std::unique_ptr<Context> context_;  // the reference's tensors live here
-  std::vector<std::pair<std::string, Tensor>> tensors_;
+  std::unique_ptr<ReferenceLayer> layer_;
+  int step_ = -1;
+  std::vector<std::pair<std::string, Tensor>> tensors_;   // of step_
+  std::vector<std::pair<std::string, Tensor>> previous_;  // of step_ - 1
 };
 
 struct StepRecord {
@@ -92,8 +115,10 @@ struct RankMemory {
 struct CheckResult {
   bool ran = false;
   bool passed = true;
-  double tolerance = 0;  // on max_rel_err
-  std::vector<TensorCheck> tensors;
+  Tolerance tolerance;
+  int steps_checked = 0;  // steps compared so far (the check stops at the first that fails)
+  int step = -1;          // the step `tensors` are of: the one that failed, else the last checked
+  std::vector<TensorCheck> tensors;  // every compared tensor of that step, a failed one diagnosed
 };
 
 struct RankRun {
@@ -102,7 +127,7 @@ struct RankRun {
   RankMemory memory;
   std::vector<RankMemory> group_memory;  // every rank's totals (no terms), gathered at the end
   std::vector<CommLine> comm;            // step 0, every purpose
-  CheckResult check;                     // filled on rank 0
+  CheckResult check;                     // the group's, on every rank
 };
 
 // Lets a tool look inside a rank's run (the terminal debugger): called on the rank's thread.
@@ -115,8 +140,8 @@ class RunInspector {
   // after each forward. A parameter's gradient is its local tensor's grad(). A tensor with no
   // local tensor (undefined) means the name is gone: "output" before each later forward.
   virtual void tensor(int /*rank*/, const std::string& /*name*/, const ParallelTensor& /*t*/) {}
-  // At step 0 after backward, on every rank, with the group's reference check (every tensor's
-  // error against the single-device layer).
+  // After each checked step's update, on every rank, with the group's reference check so far
+  // (every tensor's error against the single-device layer).
   virtual void check(int /*rank*/, const CheckResult& /*result*/) {}
   // When the run ends (also by an exception), before the ledger, log and tensors go away: drop
   // every reference to them.
@@ -124,8 +149,9 @@ class RunInspector {
 };
 
 // The single-device layer's step 0 on the run's full weights and data, in `ref`: "output",
-// "input.grad", then every parameter's gradient ("attn.qkv.weight.grad") in LayerWeights order.
-// What the reference check compares each rank's slices with.
+// "loss" (a [1] tensor), "input.grad", every parameter's gradient ("attn.qkv.weight.grad") in
+// LayerWeights order, then every parameter after the SGD update ("attn.qkv.weight"). What the
+// reference check compares each rank's slices with, at every step (SharedReference).
 std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref,
                                                                     const LayerRunSpec& spec);
 

@@ -1,4 +1,4 @@
-// The reference comparison.
+// The comparison rule of every check.
 #include "parallel/tensor_compare.h"
 
 #include <algorithm>
@@ -9,39 +9,69 @@
 
 namespace shardscope {
 
-double check_tolerance(DType dtype) {
-  return dtype == DType::f64 ? 1e-10 : 1e-4;
+Tolerance default_tolerance(DType dtype) {
+  if (dtype == DType::f64) return {1e-9, 1e-9};
+  return {1e-3, 1e-3};
 }
 
-ErrorParts error_parts(const std::string& name, const Tensor& got, const Tensor& want) {
-  const std::vector<double> a = got.to_vector(), b = want.to_vector();
-  if (a.size() != b.size()) {
-    throw ShapeError("comparing " + name + ": " + got.describe() + " against the reference " +
-                     want.describe());
+double scale_of(const std::vector<double>& values) {
+  double s = 0;
+  for (double v : values) {
+    if (std::isfinite(v)) s = std::max(s, std::fabs(v));
   }
-  ErrorParts p;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    p.scale = std::max(p.scale, std::fabs(b[i]));
-    const double d = std::fabs(a[i] - b[i]);
-    if (!std::isfinite(a[i]) || !(d <= p.max_abs)) {
-      p.max_abs = std::isfinite(d) ? d : std::numeric_limits<double>::infinity();
-    }
-  }
-  return p;
+  return s;
 }
 
-TensorCheck finish_check(const std::string& name, const ErrorParts& parts, double tolerance) {
+ElementStats compare_elements(const std::string& name, const std::vector<double>& got,
+                              const std::vector<double>& want, double scale,
+                              const Tolerance& tolerance) {
+  if (got.size() != want.size()) {
+    throw ShapeError("comparing " + name + ": " + std::to_string(got.size()) +
+                     " elements against the reference's " + std::to_string(want.size()));
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  ElementStats s;
+  s.elements = static_cast<std::int64_t>(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double a = got[i], b = want[i];
+    if (a == b) continue;  // also an infinity both sides hold
+    const double diff = std::fabs(a - b);
+    const double bound = element_bound(b, scale, tolerance);
+    const bool finite = std::isfinite(a) && std::isfinite(b);
+    const bool ok = finite && diff <= bound;
+    s.failed += ok ? 0 : 1;
+    s.max_abs = finite ? std::max(s.max_abs, diff) : kInf;
+    s.worst = std::max(s.worst, finite && bound > 0 ? diff / bound : kInf);
+  }
+  return s;
+}
+
+ElementStats merge(const ElementStats& a, const ElementStats& b) {
+  return {a.elements + b.elements, a.failed + b.failed, std::max(a.max_abs, b.max_abs),
+          std::max(a.worst, b.worst)};
+}
+
+TensorCheck finish_check(const std::string& name, const ElementStats& stats, double scale) {
   TensorCheck c;
   c.name = name;
-  c.max_abs_err = parts.max_abs;
-  c.max_rel_err = parts.scale > 0 ? parts.max_abs / parts.scale : parts.max_abs;
-  c.passed = c.max_rel_err <= tolerance;  // false for NaN and infinity
+  c.failed = stats.failed;
+  c.elements = stats.elements;
+  c.max_abs_err = stats.max_abs;
+  c.max_rel_err = scale > 0 ? stats.max_abs / scale : stats.max_abs;
+  c.worst = stats.worst;
+  c.passed = stats.failed == 0;
   return c;
 }
 
-TensorCheck compare_tensors(const std::string& name, const Tensor& got, const Tensor& want,
-                            double tolerance) {
-  return finish_check(name, error_parts(name, got, want), tolerance);
+TensorCheck check_tensor(const std::string& name, const Tensor& got, const Tensor& want,
+                         const Tolerance& tolerance) {
+  if (got.numel() != want.numel()) {
+    throw ShapeError("comparing " + name + ": " + got.describe() + " against the reference " +
+                     want.describe());
+  }
+  const std::vector<double> a = got.to_vector(), b = want.to_vector();
+  const double scale = scale_of(b);
+  return finish_check(name, compare_elements(name, a, b, scale, tolerance), scale);
 }
 
 std::vector<std::size_t> pair_by_name(const std::vector<std::string>& got,

@@ -133,7 +133,7 @@ TEST(CliBackend, ReferenceBackendRunsTensorParallelAndMatchesTheCpuLosses) {
                              " --seq 16 --batch 2 --hidden 32 --heads 4 --dropout 0.1";
     const Result ref = run_cli("run --backend reference" + args);
     ASSERT_EQ(ref.exit_code, 0) << mode << "\n" << ref.output;
-    EXPECT_THAT(ref.output, HasSubstr("backend reference\n"));
+    EXPECT_THAT(ref.output, HasSubstr("backend reference,"));
     EXPECT_THAT(ref.output, HasSubstr("match"));
     const Result cpu = run_cli("run --backend cpu" + args);
     ASSERT_EQ(cpu.exit_code, 0) << mode << "\n" << cpu.output;

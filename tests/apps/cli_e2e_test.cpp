@@ -115,7 +115,9 @@ TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
     const nlohmann::json j = nlohmann::json::parse(file);
     EXPECT_EQ(j["config"]["mode"], mode);
     EXPECT_TRUE(j["check"]["passed"].get<bool>());
-    EXPECT_EQ(j["check"]["tensors"].size(), 14u);
+    // output, loss, input.grad, 12 parameter gradients, 12 parameters after the update
+    EXPECT_EQ(j["check"]["tensors"].size(), 27u);
+    EXPECT_EQ(j["check"]["steps_checked"], 2);
     EXPECT_EQ(j["comm"]["total_bytes_per_rank"], j["comm"]["model_bytes_per_rank"]);
     EXPECT_GT(j["comm"]["total_bytes_per_rank"].get<double>(), 0.0);
     ASSERT_EQ(j["memory"]["per_rank"].size(), 4u);

@@ -102,9 +102,14 @@ TEST_P(ParallelModes, MatchTheSingleDeviceLayerAndTheModels) {
   const std::vector<RankRun> runs = run_all_ranks(spec, backend);
   const CheckResult& check = runs[0].check;
   ASSERT_TRUE(check.ran);
-  EXPECT_EQ(check.tensors.size(), 14u);  // output, input.grad and twelve parameter gradients
+  // Every step, in lockstep: output, loss, input.grad, twelve parameter gradients and the twelve
+  // parameters after the update.
+  EXPECT_EQ(check.steps_checked, spec.steps) << what;
+  EXPECT_EQ(check.step, spec.steps - 1) << what;
+  EXPECT_EQ(check.tensors.size(), 3u + 2u * 12u);
   for (const TensorCheck& t : check.tensors) {
-    EXPECT_TRUE(t.passed) << what << ": " << t.name << " max_rel_err " << t.max_rel_err;
+    EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
+                          << " elements out of tolerance, max_rel_err " << t.max_rel_err;
   }
   for (const RankRun& run : runs) {
     EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;

@@ -14,6 +14,8 @@ CheckRow row(const std::string& name, bool available, double abs_err, double rel
   CheckRow r;
   r.name = name;
   r.available = available;
+  r.failed = passed ? 0 : 3;
+  r.elements = 64;
   r.max_abs_err = abs_err;
   r.max_rel_err = rel_err;
   r.passed = passed;
@@ -22,7 +24,7 @@ CheckRow row(const std::string& name, bool available, double abs_err, double rel
 
 TEST(CheckView, ColoursRowsByResultAndSummarises) {
   Snapshot s;
-  s.tolerance = 1e-4;
+  s.tolerance = {1e-3, 1e-4};
   s.checks = {row("output", true, 2.5e-7, 1.25e-7, true),
               row("attn.qkv.weight.grad", true, 0.5, 0.3, false),
               row("mlp.fc1.weight.grad", false, 0, 0, true),
@@ -32,25 +34,33 @@ TEST(CheckView, ColoursRowsByResultAndSummarises) {
   EXPECT_EQ(v.rows[0].name, "output");
   EXPECT_EQ(v.rows[0].abs_err, "2.50e-7");
   EXPECT_EQ(v.rows[0].rel_err, "1.25e-7");
+  EXPECT_EQ(v.rows[0].failed, "0 of 64");
+  EXPECT_EQ(v.rows[1].failed, "3 of 64");
   EXPECT_EQ(v.rows[0].color, theme::kPassed);
-  EXPECT_EQ(v.rows[1].color, theme::kFailed);  // above the tolerance: red
+  EXPECT_EQ(v.rows[1].color, theme::kFailed);  // elements out of tolerance: red
   EXPECT_EQ(v.rows[1].rel_err, "3.00e-1");
   EXPECT_EQ(v.rows[2].color, theme::kPending);
   EXPECT_EQ(v.rows[2].abs_err, "pending");
   EXPECT_EQ(v.rows[3].color, theme::kFailed);  // a NaN never passes
-  EXPECT_EQ(v.summary, "3 of 4 checked, 2 above 1e-4: attn.qkv.weight.grad, input.grad");
+  EXPECT_EQ(v.summary,
+            "3 of 4 checked, 2 out of |a - b| <= 1e-4 max|b| + 1e-3 |b|: attn.qkv.weight.grad, "
+            "input.grad");
 }
 
-TEST(CheckView, ARowAboveTheToleranceFailsEvenIfMarkedPassed) {
+TEST(CheckView, ARowPassesByItsElementCountNotByItsNormwiseError) {
   Snapshot s;
-  s.tolerance = 1e-4;
-  s.checks = {row("output", true, 1e-3, 2e-4, true)};
+  s.tolerance = {1e-3, 1e-3};
+  // A normwise error above rtol with every element within its bound passes (a small element's
+  // relative error is not a failure), and one element out of tolerance fails.
+  s.checks = {row("output", true, 1e-3, 2e-3, true)};
+  EXPECT_EQ(check_view(s).rows[0].color, theme::kPassed);
+  s.checks = {row("output", true, 1e-9, 1e-9, false)};
   EXPECT_EQ(check_view(s).rows[0].color, theme::kFailed);
   s.checks = {row("output", true, 0, 0, true)};
   const CheckView v = check_view(s);
   EXPECT_EQ(v.rows[0].color, theme::kPassed);
   EXPECT_EQ(v.rows[0].abs_err, "0");
-  EXPECT_EQ(v.summary, "1 of 1 checked, all within 1e-4");
+  EXPECT_EQ(v.summary, "1 of 1 checked, all within |a - b| <= 1e-3 max|b| + 1e-3 |b|");
 }
 
 TEST(CheckView, WithoutChecksShowsTheSnapshotsNote) {

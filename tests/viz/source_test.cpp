@@ -86,7 +86,8 @@ TEST(LiveSource, ChecksTheOutputAfterForwardAndEverythingAfterBackward) {
   EXPECT_EQ(s.checks.front().name, "output");
   EXPECT_TRUE(s.checks.front().available) << s.status[0].where;
   EXPECT_TRUE(s.checks.front().passed);
-  EXPECT_LT(s.checks.front().max_rel_err, s.tolerance);
+  EXPECT_EQ(s.checks.front().failed, 0);
+  EXPECT_GT(s.checks.front().elements, 0);
   run_script(*source, "continue", kLimit);
   s = source->snapshot();
   EXPECT_TRUE(s.finished) << s.error;

@@ -405,8 +405,9 @@ void VizUi::check(const Rect& r) {
     ImGui::TextWrapped("%s", v.summary.c_str());
     const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                   ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
-    if (!v.rows.empty() && ImGui::BeginTable("check", 3, flags)) {
+    if (!v.rows.empty() && ImGui::BeginTable("check", 4, flags)) {
       ImGui::TableSetupColumn("tensor");
+      ImGui::TableSetupColumn("failed");
       ImGui::TableSetupColumn("max abs");
       ImGui::TableSetupColumn("max rel");
       ImGui::TableHeadersRow();
@@ -414,6 +415,8 @@ void VizUi::check(const Rect& r) {
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
         ImGui::TextColored(to_float4(row.color), "%s", row.name.c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextColored(to_float4(row.color), "%s", row.failed.c_str());
         ImGui::TableNextColumn();
         ImGui::Text("%s", row.abs_err.c_str());
         ImGui::TableNextColumn();

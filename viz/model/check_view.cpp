@@ -1,5 +1,5 @@
 // The Check panel: each tensor against the single-device reference, with its errors and a
-// colour for passed, failed (above the tolerance) or not yet available.
+// colour for passed, failed (an element out of tolerance) or not yet available.
 #include <cstdio>
 
 #include "viz/model/view_model.h"
@@ -22,9 +22,8 @@ std::string scientific(double x, int digits) {
   return mantissa + "e" + (negative ? "-" : "") + exponent;
 }
 
-// NaN compares false with everything: a row fails unless its error is known to be within.
-bool within(const CheckRow& r, double tolerance) {
-  return r.passed && r.max_rel_err <= tolerance;
+std::string rule(const Tolerance& t) {
+  return "|a - b| <= " + scientific(t.atol, 0) + " max|b| + " + scientific(t.rtol, 0) + " |b|";
 }
 
 }  // namespace
@@ -41,22 +40,23 @@ CheckView check_view(const Snapshot& s) {
     CheckView::Row row;
     row.name = r.name;
     if (!r.available) {
-      row.abs_err = row.rel_err = "pending";
+      row.failed = row.abs_err = row.rel_err = "pending";
       row.color = theme::kPending;
     } else {
       ++checked;
+      row.failed = std::to_string(r.failed) + " of " + std::to_string(r.elements);
       row.abs_err = scientific(r.max_abs_err, 2);
       row.rel_err = scientific(r.max_rel_err, 2);
-      row.color = within(r, s.tolerance) ? theme::kPassed : theme::kFailed;
-      if (!within(r, s.tolerance)) failed.push_back(r.name);
+      row.color = r.passed ? theme::kPassed : theme::kFailed;
+      if (!r.passed) failed.push_back(r.name);
     }
     v.rows.push_back(std::move(row));
   }
   v.summary = std::to_string(checked) + " of " + std::to_string(s.checks.size()) + " checked, ";
   if (failed.empty()) {
-    v.summary += "all within " + scientific(s.tolerance, 0);
+    v.summary += "all within " + rule(s.tolerance);
   } else {
-    v.summary += std::to_string(failed.size()) + " above " + scientific(s.tolerance, 0) + ": ";
+    v.summary += std::to_string(failed.size()) + " out of " + rule(s.tolerance) + ": ";
     for (std::size_t i = 0; i < failed.size(); ++i) v.summary += (i ? ", " : "") + failed[i];
   }
   return v;

@@ -150,24 +150,24 @@ void LiveSource::check_output() {
   const auto v = std::find_if(values_.begin(), values_.end(),
                               [](const TensorValues& t) { return t.name == "output"; });
   if (v == values_.end()) return;
-  ErrorParts parts;
+  // The panel's values are f32 copies (TensorValues), so f32's rule, whatever the run's dtype.
+  const Tolerance tolerance = default_tolerance(DType::f32);
+  const Tensor& full = reference_.front().second;
+  const double scale = scale_of(full.to_vector());
+  ElementStats stats;
   for (int r = 0; r < session_.ranks(); ++r) {
     const std::vector<double> want =
-        slice_of_full(reference_.front().second, v->placement, r, session_.ranks()).to_vector();
+        slice_of_full(full, v->placement, r, session_.ranks()).to_vector();
     const std::vector<float>& got = v->local[static_cast<std::size_t>(r)];
     if (got.size() != want.size()) return;  // not every rank has its output yet
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-      parts.max_abs = std::isfinite(err) ? std::max(parts.max_abs, err) : INFINITY;
-      parts.scale = std::max(parts.scale, std::abs(want[i]));
-    }
+    const std::vector<double> mine(got.begin(), got.end());
+    stats = merge(stats, compare_elements("output", mine, want, scale, tolerance));
   }
-  output_check_ =
-      finish_check("output", parts, check_tolerance(session_.options().spec.layer.dtype));
+  output_check_ = finish_check("output", stats, scale);
 }
 
 void LiveSource::refresh_checks(Snapshot& s) {
-  s.tolerance = check_tolerance(session_.options().spec.layer.dtype);
+  s.tolerance = default_tolerance(session_.options().spec.layer.dtype);
   if (session_.options().spec.layer.mode == ParallelMode::single) {
     s.check_note = "a single-device run is the reference itself";
     return;
@@ -189,6 +189,8 @@ void LiveSource::refresh_checks(Snapshot& s) {
     if (!found && name == "output" && output_check_) found = &*output_check_;
     if (found) {
       row.available = true;
+      row.failed = found->failed;
+      row.elements = found->elements;
       row.max_abs_err = found->max_abs_err;
       row.max_rel_err = found->max_rel_err;
       row.passed = found->passed;
@@ -196,8 +198,9 @@ void LiveSource::refresh_checks(Snapshot& s) {
     s.checks.push_back(row);
   }
   if (!group) {
-    s.check_note = output_check_ ? "gradients are checked when step 0's backward is done"
-                                 : "the output is checked when step 0's forward is done";
+    s.check_note = output_check_
+                       ? "gradients and updated parameters are checked when step 0's update is done"
+                       : "the output is checked when step 0's forward is done";
   }
 }
 

@@ -15,6 +15,7 @@
 #include "io/trace_event.h"
 #include "parallel/layer_config.h"
 #include "parallel/placement.h"
+#include "parallel/tensor_compare.h"
 
 namespace shardscope::viz {
 
@@ -48,7 +49,9 @@ struct TensorValues {
 // One row of the Check panel: a tensor against the single-device reference.
 struct CheckRow {
   std::string name;
-  bool available = false;  // false until the tensor exists on every rank
+  bool available = false;   // false until the tensor exists on every rank
+  std::int64_t failed = 0;  // elements out of tolerance
+  std::int64_t elements = 0;
   double max_abs_err = 0;
   double max_rel_err = 0;
   bool passed = true;
@@ -68,7 +71,7 @@ struct Snapshot {
   std::vector<RankStatus> status;  // one per rank
   std::vector<TensorValues> tensors;
   std::vector<CheckRow> checks;
-  double tolerance = 0;
+  Tolerance tolerance;     // the checks' rule (parallel/tensor_compare.h)
   std::string check_note;  // why checks are missing ("a trace holds no tensor values"), or ""
   bool finished = false;   // every rank has finished (or the replay is at its end)
   std::string error;       // a rank's failure, or ""

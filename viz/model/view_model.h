@@ -157,11 +157,12 @@ MemoryView memory_view(const Snapshot& s, int rank, PanelSize size);
 
 struct CheckView {
   struct Row {
-    std::string name, abs_err, rel_err;
-    Color color = theme::kPending;  // passed, failed (above tolerance) or pending
+    std::string name, failed, abs_err, rel_err;  // failed: "0 of 1024" elements
+    Color color = theme::kPending;               // passed, failed or pending
   };
   std::vector<Row> rows;
-  std::string summary;  // "12 of 14 checked, all within 1e-4" or the snapshot's check_note
+  // "12 of 14 checked, all within |a - b| <= 1e-3 max|b| + 1e-3 |b|" or the snapshot's note
+  std::string summary;
 };
 
 CheckView check_view(const Snapshot& s);
