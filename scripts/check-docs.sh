@@ -11,8 +11,9 @@
 #
 # How each runs: with bash -o pipefail, in a scratch directory per doc file (commands of one file
 # run in order and share it, so a dump written by one is read by the next), where
-# ./build/default is a link to BUILD_DIR and `shardscope` / `shardscope-viz` on PATH are
-# BUILD_DIR/apps/shardscope and BUILD_DIR/viz/app/shardscope-viz; each under a timeout
+# ./build/default is a link to BUILD_DIR, ./scripts and ./tests are links to the source tree's,
+# and `shardscope` / `shardscope-viz` on PATH are BUILD_DIR/apps/shardscope and
+# BUILD_DIR/viz/app/shardscope-viz; each under a timeout
 # (DOCS_CHECK_TIMEOUT seconds, 90 by default). A failure prints the doc's file:line, the command
 # and its output, and the check exits 1.
 #
@@ -289,6 +290,7 @@ for i in "${!cmd_text[@]}"; do
     mkdir -p "$workdir/build"
     ln -s "$build" "$workdir/build/default"
     ln -s "$root/scripts" "$workdir/scripts"
+    ln -s "$root/tests" "$workdir/tests"  # the committed fixtures, e.g. tests/fixtures/torch/
     echo "== $file"
   fi
   classify "$file" "$c"
