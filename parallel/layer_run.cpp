@@ -94,7 +94,7 @@ RankMemory measure_memory(const MemoryLedger& ledger, const LayerRunSpec& spec, 
 
 // MSE over the global tensor: returns the loss and this rank's gradient seed 2 (y - t) / N.
 std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
-                                       const Tensor& target) {
+                                       const Tensor& target, PlantedBug bug) {
   Context& ctx = y.local.ctx();
   NoGradGuard no_grad(ctx);
   const double n = static_cast<double>(y.global.numel());
@@ -105,7 +105,9 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   ScopeGuard scope(ctx, "loss");
   if (y.placement.is_shard()) g.all_reduce(sum_sq, ReduceOp::sum, CommPurpose::loss);
   Tensor seed = Tensor::empty(ctx, y.local.shape(), y.local.dtype());
-  ctx.backend().add(y.local, target, 2.0 / n, -2.0 / n, seed);
+  // PLANTED BUG loss-times-t: the seed normalised by this rank's elements, N/t, not N.
+  const double seed_n = bug == PlantedBug::loss_times_t ? static_cast<double>(y.local.numel()) : n;
+  ctx.backend().add(y.local, target, 2.0 / seed_n, -2.0 / seed_n, seed);
   return {sum_sq.item() / n, seed};
 }
 
@@ -197,6 +199,7 @@ std::vector<std::pair<std::string, Tensor>> single_device_reference(Context& ref
   LayerConfig single = spec.layer;
   single.mode = ParallelMode::single;
   single.degree = 1;
+  single.planted_bug = PlantedBug::none;  // the reference is always right
   FullData d = full_data(ref, spec);
   TransformerLayer reference(single, std::move(d.weights));
   Tensor x = d.x.set_requires_grad(true);
@@ -289,13 +292,13 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       if (inspector) inspector->tensor(env.rank, "output", y);
       if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
       Tensor seed;
-      std::tie(loss, seed) = mse_and_seed(env.group, y, target);
+      std::tie(loss, seed) = mse_and_seed(env.group, y, target, c.planted_bug);
       y.local.backward(seed);
       layer.reduce_gradients();
       if (step == 0 && spec.check && c.mode != ParallelMode::single) {
         const auto check_start = std::chrono::steady_clock::now();
-        layer.check_replicated();
         run.check = reference_check(env, spec, layer, x, y);
+        if (run.check.passed) layer.check_replicated();  // a failed check says more
         if (inspector) inspector->check(env.rank, run.check);
         checking = std::chrono::steady_clock::now() - check_start;
       }
