@@ -97,6 +97,10 @@ int last_dim(const ParallelTensor& x) {
 
 }  // namespace
 
+ParallelTensor copy_to_tp(ProcessGroup& g, const ParallelTensor& x) {
+  return copy_to_tp(g, x, PlantedBug::none);
+}
+
 ParallelTensor copy_to_tp(ProcessGroup& g, const ParallelTensor& x, PlantedBug bug) {
   // PLANTED BUG f-backward-identity: f's backward written as g's (an identity): each rank keeps
   // its own part of the input gradient instead of the sum over the ranks' column blocks.
@@ -153,6 +157,10 @@ ParallelTensor seq_to_heads(ProcessGroup& g, const ParallelTensor& x) {
       "seq_to_heads", g, x, Placement::shard(0), Placement::shard(2),
       [&g](const Tensor& v) { return seq_to_heads_values(g, v); },
       [](ProcessGroup& pg, const Tensor& dy) { return heads_to_seq_values(pg, dy); });
+}
+
+ParallelTensor heads_to_seq(ProcessGroup& g, const ParallelTensor& x) {
+  return heads_to_seq(g, x, PlantedBug::none);
 }
 
 ParallelTensor heads_to_seq(ProcessGroup& g, const ParallelTensor& x, PlantedBug bug) {
