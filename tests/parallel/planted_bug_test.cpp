@@ -134,6 +134,7 @@ TEST_P(PlantedBugs, TheMainTensorsDiagnosisIsTheCataloguesOne) {
   const LayerRunSpec spec = bug_spec(info().bug, first_mode(info().bug));
   const BugRun run = run_with_bug(spec, info().main_tensor);
   const Diagnosis d = diagnose_main(spec, run, info().main_tensor);
+  RecordProperty("diagnosis", info().main_tensor + std::string(": ") + d.text);
   EXPECT_EQ(static_cast<int>(d.kind), static_cast<int>(info().diagnosis))
       << info().name << ": " << info().main_tensor << ": " << d.text;
   if (info().bug == PlantedBug::loss_times_t) {
