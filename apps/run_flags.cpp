@@ -63,6 +63,11 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
       "--random-norms", c.random_norms,
       "start the LayerNorms at weight 1 + N(0, 0.1) and bias N(0, 0.1) instead of 1 and 0, "
       "so a mistake in their scale or shift shows in the output");
+  run.add_option("--plant-bug", text.plant_bug,
+                 "plant one known bug of the catalogue (docs/bug-catalogue.md) into the parallel "
+                 "layer, to see the check catch it: " +
+                     planted_bug_names())
+      ->capture_default_str();
   if (!outputs) return;
   run.add_option("--report", o.report_path, "write a JSON report to this file");
   run.add_option("--dump", o.dump_dir,
@@ -103,7 +108,7 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--dropout",      "--steps",         "--lr",
                                        "--seed",         "--dtype",         "--report",
                                        "--dump",         "--load",          "--check-finite",
-                                       "--random-norms", "--check-steps"};
+                                       "--random-norms", "--check-steps",   "--plant-bug"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -112,6 +117,11 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   RunOptions o = options;
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.dtype = parse_dtype(dtype);
+  try {
+    o.spec.layer.planted_bug = parse_planted_bug(plant_bug);
+  } catch (const ArgumentError& e) {
+    throw ArgumentError(std::string("--plant-bug: ") + e.what());
+  }
   resolve_comm_and_backend(comm, backend, o);
   o.spec.check = !no_check;
   if (check_steps) {

@@ -30,19 +30,48 @@ Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor&
   return dropout(x, spec);
 }
 
+namespace {
+
+// PLANTED BUG causal-mask-local-positions: the mask [s, s] built from the position ids each
+// sequence shard numbers from 0 (0 .. s/t - 1 on every rank): key j is hidden from query i when
+// j's local position is past i's, so a query sees later keys of other shards and misses earlier
+// ones. Added to the scores before a softmax without its own causal mask.
+Tensor local_position_mask(Context& ctx, const LayerConfig& config, std::int64_t s, DType dtype) {
+  const std::int64_t shard = config.seq / config.degree;
+  std::vector<double> mask(static_cast<std::size_t>(s * s), 0.0);
+  for (std::int64_t i = 0; i < s; ++i) {
+    for (std::int64_t j = 0; j < s; ++j) {
+      if (j % shard > i % shard) mask[static_cast<std::size_t>(i * s + j)] = -1e9;
+    }
+  }
+  return Tensor::from_vector(ctx, {s, s}, mask, dtype);
+}
+
+}  // namespace
+
 Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
   Context& ctx = qkv.q.ctx();
   const std::int64_t d = qkv.q.dim(3);
+  // 1/sqrt(d): d is the width of one head, the same on every rank.
+  double width = static_cast<double>(d);
+  // PLANTED BUG attention-local-scale: the scale taken from the width this rank holds (its
+  // heads x d = h/t) instead of one head's width d.
+  if (config.planted_bug == PlantedBug::attention_local_scale)
+    width *= static_cast<double>(qkv.q.dim(1));
   Tensor scores;
   {
     ScopeGuard scope(ctx, "scores");
-    scores =
-        scale(matmul(qkv.q, qkv.k, /*transpose_b=*/true), 1.0 / std::sqrt(static_cast<double>(d)));
+    scores = scale(matmul(qkv.q, qkv.k, /*transpose_b=*/true), 1.0 / std::sqrt(width));
   }
   Tensor probs;
   {
     ScopeGuard scope(ctx, "softmax");
-    probs = softmax(scores, config.causal);  // [b, heads, s, s]
+    if (config.planted_bug == PlantedBug::causal_mask_local_positions) {
+      const std::int64_t s = scores.dim(2);
+      probs = softmax(add(scores, local_position_mask(ctx, config, s, scores.dtype())), false);
+    } else {
+      probs = softmax(scores, config.causal);  // [b, heads, s, s]
+    }
   }
   const Shape& local = probs.shape();
   probs = layer_dropout(config, "dropout", probs, /*site=*/0,

@@ -64,10 +64,14 @@ Tensor seq_to_heads_values(ProcessGroup& g, const Tensor& x) {
 }
 
 // [s, b, a/t, d] -> [s/t, b, a, d]: sequence chunk j goes to rank j, head chunks come back.
-Tensor heads_to_seq_values(ProcessGroup& g, const Tensor& x) {
+Tensor heads_to_seq_values(ProcessGroup& g, const Tensor& x, PlantedBug bug = PlantedBug::none) {
   const int t = g.size();
   const Shape& s = x.shape();
-  Tensor got = g.all_to_all(view(x, {t, s[0] / t, s[1], s[2], s[3]}));
+  Tensor got = g.all_to_all(view(x, {t, s[0] / t, s[1], s[2], s[3]}));  // [t, s/t, b, a/t, d]
+  // PLANTED BUG ulysses-a2a-order: the receive buffer's first dim is the source rank, which here
+  // is a head chunk, not a sequence chunk. Reading the buffer as [s/t, b, a, d] as it lies (the
+  // source-rank dim taken for sequence order) skips the move of that dim next to the heads.
+  if (bug == PlantedBug::ulysses_a2a_order) return view(got, {s[0] / t, s[1], s[2] * t, s[3]});
   return view(permuted(got, {1, 2, 0, 3, 4}), {s[0] / t, s[1], s[2] * t, s[3]});
 }
 
@@ -94,10 +98,19 @@ int last_dim(const ParallelTensor& x) {
 }  // namespace
 
 ParallelTensor copy_to_tp(ProcessGroup& g, const ParallelTensor& x) {
+  return copy_to_tp(g, x, PlantedBug::none);
+}
+
+ParallelTensor copy_to_tp(ProcessGroup& g, const ParallelTensor& x, PlantedBug bug) {
+  // PLANTED BUG f-backward-identity: f's backward written as g's (an identity): each rank keeps
+  // its own part of the input gradient instead of the sum over the ranks' column blocks.
+  const bool identity_backward = bug == PlantedBug::f_backward_identity;
   return collective_op(
       "copy_to_tp", g, x, Placement::replicate(), Placement::replicate(),
       [](const Tensor& v) { return v.detach(); },
-      [](ProcessGroup& pg, const Tensor& dy) { return all_reduced_copy(pg, dy); });
+      [identity_backward](ProcessGroup& pg, const Tensor& dy) {
+        return identity_backward ? dy : all_reduced_copy(pg, dy);
+      });
 }
 
 ParallelTensor reduce_from_tp(ProcessGroup& g, const ParallelTensor& x) {
@@ -147,9 +160,13 @@ ParallelTensor seq_to_heads(ProcessGroup& g, const ParallelTensor& x) {
 }
 
 ParallelTensor heads_to_seq(ProcessGroup& g, const ParallelTensor& x) {
+  return heads_to_seq(g, x, PlantedBug::none);
+}
+
+ParallelTensor heads_to_seq(ProcessGroup& g, const ParallelTensor& x, PlantedBug bug) {
   return collective_op(
       "heads_to_seq", g, x, Placement::shard(2), Placement::shard(0),
-      [&g](const Tensor& v) { return heads_to_seq_values(g, v); },
+      [&g, bug](const Tensor& v) { return heads_to_seq_values(g, v, bug); },
       [](ProcessGroup& pg, const Tensor& dy) { return seq_to_heads_values(pg, dy); });
 }
 

@@ -20,11 +20,14 @@
 #pragma once
 
 #include "parallel/placement.h"
+#include "parallel/planted_bug.h"
 #include "parallel/process_group.h"
 
 namespace shardscope {
 
 ParallelTensor copy_to_tp(ProcessGroup& group, const ParallelTensor& x);
+// The same with `bug`, which plants f-backward-identity (parallel/planted_bug.h).
+ParallelTensor copy_to_tp(ProcessGroup& group, const ParallelTensor& x, PlantedBug bug);
 ParallelTensor reduce_from_tp(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor gather_seq(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor reduce_scatter_seq(ProcessGroup& group, const ParallelTensor& x);
@@ -32,6 +35,8 @@ ParallelTensor split_last(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor gather_last(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor seq_to_heads(ProcessGroup& group, const ParallelTensor& x);
 ParallelTensor heads_to_seq(ProcessGroup& group, const ParallelTensor& x);
+// The same with `bug`, which plants ulysses-a2a-order (parallel/planted_bug.h).
+ParallelTensor heads_to_seq(ProcessGroup& group, const ParallelTensor& x, PlantedBug bug);
 
 // Not autograd ops: plain collectives on values, for checks and reports.
 // The full tensor of a Replicate (itself) or Shard(d) (gathered along d) local tensor; a Partial

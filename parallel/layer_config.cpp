@@ -72,6 +72,7 @@ void LayerConfig::validate() const {
                         std::to_string(hidden) + " need tensors of " + count +
                         " elements, more than the 1e12 this build accepts");
   }
+  validate_planted_bug(planted_bug, mode, dropout, causal);
   if (mode == ParallelMode::single && degree != 1) {
     throw ArgumentError("--mode single runs on one rank: --degree must be 1, given " +
                         std::to_string(degree));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/dtype.h"
+#include "parallel/planted_bug.h"
 
 namespace shardscope {
 
@@ -35,6 +36,9 @@ struct LayerConfig {
   DType dtype = DType::f32;
   ParallelMode mode = ParallelMode::single;
   int degree = 1;  // t: ranks in the tensor-parallel group
+  // A known mistake planted into the parallel layer (parallel/planted_bug.h), for seeing the
+  // reference check catch it. The single-device reference never plants one.
+  PlantedBug planted_bug = PlantedBug::none;
 
   std::int64_t head_dim() const { return hidden / heads; }
   // Throws ArgumentError naming the flag and the rule (zero sizes, hidden % heads, dropout range).

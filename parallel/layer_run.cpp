@@ -95,7 +95,7 @@ RankMemory measure_memory(const MemoryLedger& ledger, const LayerRunSpec& spec, 
 
 // MSE over the global tensor: returns the loss and this rank's gradient seed 2 (y - t) / N.
 std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
-                                       const Tensor& target) {
+                                       const Tensor& target, PlantedBug bug) {
   Context& ctx = y.local.ctx();
   NoGradGuard no_grad(ctx);
   const double n = static_cast<double>(y.global.numel());
@@ -106,7 +106,9 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   ScopeGuard scope(ctx, "loss");
   if (y.placement.is_shard()) g.all_reduce(sum_sq, ReduceOp::sum, CommPurpose::loss);
   Tensor seed = Tensor::empty(ctx, y.local.shape(), y.local.dtype());
-  ctx.backend().add(y.local, target, 2.0 / n, -2.0 / n, seed);
+  // PLANTED BUG loss-times-t: the seed normalised by this rank's elements, N/t, not N.
+  const double seed_n = bug == PlantedBug::loss_times_t ? static_cast<double>(y.local.numel()) : n;
+  ctx.backend().add(y.local, target, 2.0 / seed_n, -2.0 / seed_n, seed);
   return {sum_sq.item() / n, seed};
 }
 
@@ -260,6 +262,7 @@ struct ReferenceLayer {
   static LayerConfig single(LayerConfig c) {
     c.mode = ParallelMode::single;
     c.degree = 1;
+    c.planted_bug = PlantedBug::none;  // the reference is always right
     return c;
   }
   ReferenceLayer(FullData d, const LayerRunSpec& spec)
@@ -421,7 +424,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       if (inspector) inspector->tensor(env.rank, "output", y);
       if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
       Tensor seed;
-      std::tie(loss, seed) = mse_and_seed(env.group, y, target);
+      std::tie(loss, seed) = mse_and_seed(env.group, y, target, c.planted_bug);
       y.local.backward(seed);
       layer.reduce_gradients();
       if (check_step) {

@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "parallel/attention_core.h"
 #include "parallel/collective_ops.h"
+#include "parallel/sharded_layernorm.h"
 
 namespace shardscope {
 namespace {
@@ -26,6 +27,28 @@ Placement tp_placement(const std::string& name) {
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw ArgumentError(message);
+}
+
+// PLANTED BUG qkv-block-split: the fused QKV weight [h, 3h] (or bias [3h]) sliced as if its
+// columns were [q | k | v] blocks: rank r takes the r-th h/t columns of each block. The columns
+// are grouped by head ([a, 3, d], as split_heads reads them), so the rank gets parts of other
+// heads' q, k and v in the wrong roles.
+Tensor qkv_block_slice(const Tensor& full, int rank, int t) {
+  NoGradGuard no_grad(full.ctx());
+  std::vector<std::int64_t> dims = full.shape().dims();
+  const std::int64_t columns = dims.back();
+  dims.back() = 3;
+  dims.push_back(columns / 3);  // [..., 3, h]
+  const Tensor blocks = reshape(full.detach(), Shape(dims));
+  const Tensor mine = slice_of_full(blocks, Placement::shard(static_cast<int>(dims.size()) - 1),
+                                    rank, t);  // [..., 3, h/t]
+  dims.pop_back();
+  dims.back() = 3 * (columns / 3 / t);
+  return reshape(mine, Shape(dims));
+}
+
+bool is_layernorm(const std::string& name) {
+  return name.rfind("ln1.", 0) == 0 || name.rfind("ln2.", 0) == 0;
 }
 
 }  // namespace
@@ -64,6 +87,7 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
                         " but the group has " + std::to_string(group.size()) + " ranks");
   }
   linear_.sequence_parallel = config_.mode == ParallelMode::tp_sp;
+  linear_.planted_bug = config_.planted_bug;
   for (const auto& [name, tensor] : full.named()) {
     ShardedParameter p;
     p.name = name;
@@ -72,7 +96,11 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
         config_.mode == ParallelMode::ulysses ? Placement::replicate() : tp_placement(name);
     p.partial_grad = config_.mode == ParallelMode::ulysses ||
                      (config_.mode == ParallelMode::tp_sp && !p.placement.is_shard());
-    const Tensor slice = slice_of_full(tensor, p.placement, group.rank(), group.size());
+    const bool block_split = config_.planted_bug == PlantedBug::qkv_block_split &&
+                             (name == "attn.qkv.weight" || name == "attn.qkv.bias");
+    const Tensor slice = block_split
+                             ? qkv_block_slice(tensor, group.rank(), group.size())
+                             : slice_of_full(tensor, p.placement, group.rank(), group.size());
     p.local = Tensor::parameter(slice.copy_to(group.ctx()), name);
     params_.push_back(std::move(p));
   }
@@ -97,7 +125,14 @@ ParallelTensor ParallelTransformerLayer::dropout_block(const char* scope, const 
     offset[static_cast<std::size_t>(x.placement.dim)] =
         group_.rank() * x.local.dim(x.placement.dim);
   }
-  return {layer_dropout(config_, scope, x.local, site, x.global, offset), x.placement, x.global};
+  LayerConfig masks = config_;
+  // PLANTED BUG dropout-per-rank-seed: the dropout of a replicated activation seeded per rank
+  // (seed + rank, as for the dropout inside the sharded region), so the ranks drop different
+  // elements of what must stay one identical tensor.
+  if (config_.planted_bug == PlantedBug::dropout_per_rank_seed && !x.placement.is_shard()) {
+    masks.seed = config_.seed + static_cast<std::uint64_t>(group_.rank());
+  }
+  return {layer_dropout(masks, scope, x.local, site, x.global, offset), x.placement, x.global};
 }
 
 ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) const {
@@ -156,7 +191,7 @@ ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor&
     ScopeGuard c(ctx, "context");
     const ParallelTensor head_sharded = ParallelTensor::make(
         permute(context, {2, 0, 1, 3}), Placement::shard(2), Shape{s * t, b, a, d}, t);
-    merged = reshape(heads_to_seq(group_, head_sharded).local, {s, b, a * d});
+    merged = reshape(heads_to_seq(group_, head_sharded, config_.planted_bug).local, {s, b, a * d});
   }
   Tensor out;
   {
@@ -201,6 +236,25 @@ ParallelTensor ParallelTransformerLayer::mlp(const ParallelTensor& x) const {
   return dropout_block("dropout", h, kMlpOutput);
 }
 
+Tensor ParallelTransformerLayer::layer_norm(const ParallelTensor& x, const char* weight,
+                                            const char* bias) const {
+  const Tensor& gamma = param(weight);
+  const Tensor& beta = param(bias);
+  if (config_.planted_bug != PlantedBug::layernorm_local_shard) {
+    return layernorm(x.local, gamma, beta, config_.layernorm_eps);
+  }
+  // PLANTED BUG layernorm-local-shard: the LayerNorm split over the hidden dim like the linears
+  // around it, each rank normalising its h/t columns with their own mean and variance
+  // (layernorm_local) instead of the full row's, then gathering the columns back.
+  const Shape vector{config_.hidden};
+  const ParallelTensor columns = split_last(group_, x);
+  const ParallelTensor g = split_last(group_, {gamma, Placement::replicate(), vector});
+  const ParallelTensor b = split_last(group_, {beta, Placement::replicate(), vector});
+  return gather_last(group_,
+                     layernorm_local(group_, columns, g.local, b.local, config_.layernorm_eps))
+      .local;
+}
+
 ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const {
   Context& ctx = x.local.ctx();
   const Shape full{config_.seq, config_.batch, config_.hidden};
@@ -214,7 +268,7 @@ ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const 
   ParallelTensor ln1{Tensor(), x.placement, x.global};
   {
     ScopeGuard s(ctx, "ln1");
-    ln1.local = layernorm(x.local, param("ln1.weight"), param("ln1.bias"), config_.layernorm_eps);
+    ln1.local = layer_norm(x, "ln1.weight", "ln1.bias");
   }
   const ParallelTensor attn_out = attention(ln1);
   ParallelTensor h1{Tensor(), x.placement, x.global};
@@ -225,7 +279,7 @@ ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const 
   ParallelTensor ln2{Tensor(), x.placement, x.global};
   {
     ScopeGuard s(ctx, "ln2");
-    ln2.local = layernorm(h1.local, param("ln2.weight"), param("ln2.bias"), config_.layernorm_eps);
+    ln2.local = layer_norm(h1, "ln2.weight", "ln2.bias");
   }
   const ParallelTensor mlp_out = mlp(ln2);
   ScopeGuard r(ctx, "residual2");
@@ -241,10 +295,28 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
   ScopeGuard scope(ctx, "grad_reduce");
   const std::string previous = ctx.current_op();
   ctx.set_current_op("reduce_parameter_gradients");  // names the all-reduces in logs and errors
+  const PlantedBug bug = config_.planted_bug;
+  const double inverse_t = 1.0 / group_.size();
   for (ShardedParameter& p : params_) {
     if (!p.partial_grad || !p.local.grad().defined()) continue;
+    // PLANTED BUG sp-layernorm-grad-not-reduced: the LayerNorms taken for replicated weights
+    // whose gradients need no reduction; each rank keeps the sum over its own positions only.
+    if (bug == PlantedBug::sp_layernorm_grad_not_reduced && is_layernorm(p.name)) continue;
+    // PLANTED BUG row-bias-grad-not-reduced: the same for the row-parallel linears' biases.
+    if (bug == PlantedBug::row_bias_grad_not_reduced &&
+        (p.name == "attn.proj.bias" || p.name == "mlp.fc2.bias")) {
+      continue;
+    }
     Tensor g = p.local.grad();
+    // PLANTED BUG grad-scaled-twice: divided by t before the all-reduce (a pre-divide, as data
+    // parallelism does against overflow) and again after it (the post-divide of an average).
+    if (bug == PlantedBug::grad_scaled_twice) ctx.backend().scale(g, inverse_t, g);
     group_.all_reduce(g, ReduceOp::sum, CommPurpose::param_grad);
+    // PLANTED BUG replicated-grad-averaged: averaged as data-parallel gradients are, where the
+    // ranks' partial sums over the sequence must be summed.
+    if (bug == PlantedBug::grad_scaled_twice || bug == PlantedBug::replicated_grad_averaged) {
+      ctx.backend().scale(g, inverse_t, g);
+    }
     if (ctx.check_finite()) {  // finite partial sums can overflow when summed across ranks
       check_finite(g, ctx.where("reduce_parameter_gradients"),
                    "gradient of " + p.name + " after the all-reduce",

@@ -56,6 +56,8 @@ class ParallelTransformerLayer {
   ParallelTensor attention(const ParallelTensor& x) const;
   ParallelTensor attention_ulysses(const ParallelTensor& x) const;
   ParallelTensor mlp(const ParallelTensor& x) const;
+  // ln1 or ln2 on the activation x (where layernorm-local-shard is planted).
+  Tensor layer_norm(const ParallelTensor& x, const char* weight, const char* bias) const;
   ParallelTensor dropout_block(const char* scope, const ParallelTensor& x, int site) const;
 
   LayerConfig config_;

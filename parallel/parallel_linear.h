@@ -11,6 +11,7 @@
 #pragma once
 
 #include "parallel/placement.h"
+#include "parallel/planted_bug.h"
 #include "parallel/process_group.h"
 
 namespace shardscope {
@@ -18,6 +19,8 @@ namespace shardscope {
 struct ParallelLinearOptions {
   bool sequence_parallel = false;
   bool keep_gathered_input = false;  // TP-SP column only
+  // row-bias-added-every-rank, f-backward-identity and sp-gather-wrong-dim are planted here.
+  PlantedBug planted_bug = PlantedBug::none;
 };
 
 ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
@@ -29,7 +32,8 @@ ParallelTensor row_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
 
 // The sequence-parallel product of the column linear as one autograd op ("gather_matmul"):
 // y = all_gather(x_shard) W. Exposed for tests.
+// `bug` plants sp-gather-wrong-dim.
 Tensor gather_matmul(ProcessGroup& group, const Tensor& x_shard, const Tensor& weight,
-                     bool keep_gathered_input);
+                     bool keep_gathered_input, PlantedBug bug = PlantedBug::none);
 
 }  // namespace shardscope

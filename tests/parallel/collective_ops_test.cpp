@@ -84,7 +84,9 @@ TEST(CollectiveOps, BackwardsMatchFiniteDifferences) {
   const Shape heads{6, 2, 6, 2};  // [s, b, a, d]
   for (int t : {2, 3}) {
     SCOPED_TRACE("t = " + std::to_string(t));
-    check_op("copy_to_tp", copy_to_tp, Placement::replicate(), seq, t);
+    check_op(
+        "copy_to_tp", [](ProcessGroup& g, const ParallelTensor& x) { return copy_to_tp(g, x); },
+        Placement::replicate(), seq, t);
     check_op("reduce_from_tp", reduce_from_tp, Placement::partial(), seq, t,
              Downstream::replicated);
     check_op("gather_seq", gather_seq, Placement::shard(0), seq, t);
@@ -93,7 +95,9 @@ TEST(CollectiveOps, BackwardsMatchFiniteDifferences) {
     check_op("gather_last", gather_last, Placement::shard(2), Shape{6, 2, 6}, t,
              Downstream::replicated);
     check_op("seq_to_heads", seq_to_heads, Placement::shard(0), heads, t);
-    check_op("heads_to_seq", heads_to_seq, Placement::shard(2), heads, t);
+    check_op(
+        "heads_to_seq", [](ProcessGroup& g, const ParallelTensor& x) { return heads_to_seq(g, x); },
+        Placement::shard(2), heads, t);
   }
 }
 

@@ -150,6 +150,11 @@ LayerRunSpec long_spec(ParallelMode mode) {
   spec.layer.degree = mode == ParallelMode::single ? 1 : 2;
   spec.steps = kSteps;
   spec.learning_rate = 0.01;
+  // The training step's memory is measured, with step 0 checked as every run's is. A check at
+  // every step holds two steps of the single-device layer whatever the length of the run, but
+  // its allocations of other sizes move the allocator's caches by up to 19 KB over 580 steps
+  // (measured), above the bound that catches a scalar leaked per step.
+  spec.check_steps = 1;
   return spec;
 }
 

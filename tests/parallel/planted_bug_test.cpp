@@ -1,0 +1,249 @@
+// The bug catalogue (parallel/planted_bug.h) against the reference check: every planted bug makes
+// the check fail, in every mode it applies to, on the tensors the catalogue names (only those
+// where it says so), and the diagnosis of its main tensor is the catalogue's. These are the
+// checker's own tests: a check that always passed would fail them. Also the table's names and
+// the config errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "autograd/errors.h"
+#include "parallel/collective_ops.h"
+#include "parallel/layer_run.h"
+#include "parallel/parallel_layer.h"
+#include "parallel/planted_bug.h"
+
+namespace shardscope {
+namespace {
+
+using ::testing::HasSubstr;
+
+// s = 8, b = 1, h = 16, a = 4 at t = 2, in f64 so that small effects stand out of the rounding.
+LayerRunSpec bug_spec(PlantedBug bug, ParallelMode mode) {
+  LayerRunSpec spec;
+  spec.layer.seq = 8;
+  spec.layer.batch = 1;
+  spec.layer.hidden = 16;
+  spec.layer.heads = 4;
+  spec.layer.dropout = bug != PlantedBug::none && planted_bug_info(bug).needs_dropout ? 0.1 : 0.0;
+  spec.layer.dtype = DType::f64;
+  spec.layer.mode = mode;
+  spec.layer.degree = 2;
+  spec.layer.planted_bug = bug;
+  spec.steps = 1;
+  return spec;
+}
+
+struct BugRun {
+  CheckResult check;
+  std::vector<std::vector<double>> main_tensor;  // each rank's full copy of the main tensor
+};
+
+// Runs every rank; each gathers the full main tensor (its own copy when replicated) at the dump.
+BugRun run_with_bug(const LayerRunSpec& spec, const std::string& main_tensor) {
+  BugRun out;
+  out.main_tensor.resize(static_cast<std::size_t>(spec.layer.degree));
+  std::mutex mutex;
+  LayerRunSpec with_dump = spec;
+  with_dump.dump = [&](RankEnv& env, const std::vector<RankTensor>& tensors) {
+    for (const RankTensor& t : tensors) {
+      if (t.name != main_tensor) continue;
+      const Tensor full = gather_to_full(env.group, t.local, t.placement, CommPurpose::check);
+      std::lock_guard<std::mutex> lock(mutex);
+      out.main_tensor[static_cast<std::size_t>(env.rank)] = full.to_vector();
+    }
+  };
+  SpmdOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  run_spmd(spec.layer.degree, options, [&](RankEnv& env) {
+    RankRun run = run_layer_rank(env, with_dump);
+    if (env.rank == 0) out.check = run.check;
+  });
+  return out;
+}
+
+std::set<std::string> failed_names(const CheckResult& check) {
+  std::set<std::string> names;
+  for (const TensorCheck& t : check.tensors) {
+    if (!t.passed) names.insert(t.name);
+  }
+  return names;
+}
+
+// The first rank's copy that differs from the reference, diagnosed (a replicated tensor may be
+// right on some ranks: dropout-per-rank-seed is right on rank 0).
+Diagnosis diagnose_main(const LayerRunSpec& spec, const BugRun& run, const std::string& name) {
+  Context ref(0);
+  std::vector<double> want;
+  Shape shape;
+  for (const auto& [n, t] : single_device_reference(ref, spec)) {
+    if (n == name) {
+      want = t.to_vector();
+      shape = t.shape();
+    }
+  }
+  EXPECT_FALSE(want.empty()) << "the reference has no " << name;
+  Diagnosis d;
+  for (const std::vector<double>& got : run.main_tensor) {
+    EXPECT_EQ(got.size(), want.size()) << name;
+    if (got.size() != want.size()) return d;
+    d = diagnose(got, want, shape, spec.layer.degree, 1e-6, 1e-12);
+    if (d.kind != Diagnosis::Kind::none) return d;
+  }
+  return d;
+}
+
+// The words diagnose() uses for each kind (parallel/diagnosis.cpp).
+std::string kind_phrase(Diagnosis::Kind kind) {
+  switch (kind) {
+    case Diagnosis::Kind::ratio:
+      return "a constant ratio";
+    case Diagnosis::Kind::sign_flip:
+      return "the sign is flipped";
+    case Diagnosis::Kind::zeros:
+      return "zeros where values were expected";
+    case Diagnosis::Kind::blocks_permuted:
+    case Diagnosis::Kind::one_block_wrong:
+      return "blocks along dim";
+    case Diagnosis::Kind::unstructured:
+      return "no simple pattern";
+    case Diagnosis::Kind::none:
+      break;
+  }
+  return "a matches b";
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::size_t>& info) {
+  std::string name = planted_bugs()[info.param].name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+class PlantedBugs : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  const PlantedBugInfo& info() const { return planted_bugs()[GetParam()]; }
+};
+
+TEST_P(PlantedBugs, FailTheCheckOnTheCataloguedTensorsInEveryModeTheyApplyTo) {
+  for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    if (!planted_bug_applies(info().bug, mode)) continue;
+    const std::string what = std::string(info().name) + " in " + mode_name(mode);
+    const LayerRunSpec spec = bug_spec(info().bug, mode);
+    const BugRun run = run_with_bug(spec, info().main_tensor);
+    ASSERT_TRUE(run.check.ran) << what;
+    EXPECT_FALSE(run.check.passed) << what;
+    const std::set<std::string> failed = failed_names(run.check);
+    for (const std::string& name : diverging_tensors(info().bug)) {
+      EXPECT_EQ(failed.count(name), 1u) << what << ": " << name << " passed";
+    }
+    if (info().output_ok) {
+      EXPECT_EQ(failed.count("output"), 0u) << what << ": the output failed";
+    }
+    // Every bug shows at step 0, where the check stops: its gradients are wrong there.
+    EXPECT_EQ(run.check.step, 0) << what;
+    if (info().exact && mode == first_mode(info().bug)) {
+      // The listed tensors, and each parameter whose listed gradient made its update wrong.
+      std::set<std::string> want;
+      for (const std::string& name : diverging_tensors(info().bug)) {
+        want.insert(name);
+        const std::string grad = ".grad";
+        if (name.size() > grad.size() &&
+            name.compare(name.size() - grad.size(), grad.size(), grad) == 0 &&
+            name != "input.grad") {
+          want.insert(name.substr(0, name.size() - grad.size()));
+        }
+      }
+      EXPECT_EQ(failed, want) << what;
+    }
+  }
+}
+
+TEST_P(PlantedBugs, TheMainTensorsDiagnosisIsTheCataloguesOne) {
+  const LayerRunSpec spec = bug_spec(info().bug, first_mode(info().bug));
+  const BugRun run = run_with_bug(spec, info().main_tensor);
+  const Diagnosis d = diagnose_main(spec, run, info().main_tensor);
+  RecordProperty("diagnosis", info().main_tensor + std::string(": ") + d.text);
+  EXPECT_EQ(static_cast<int>(d.kind), static_cast<int>(info().diagnosis))
+      << info().name << ": " << info().main_tensor << ": " << d.text;
+  // The run's own check says the same of the tensor it failed.
+  const TensorCheck* mine = nullptr;
+  for (const TensorCheck& t : run.check.tensors) {
+    if (t.name == info().main_tensor) mine = &t;
+  }
+  ASSERT_NE(mine, nullptr) << info().name;
+  EXPECT_FALSE(mine->passed) << info().name;
+  EXPECT_THAT(mine->diagnosis, HasSubstr(kind_phrase(info().diagnosis))) << info().name;
+  if (info().bug == PlantedBug::loss_times_t) {
+    EXPECT_THAT(d.text, HasSubstr("a factor of t = 2"));
+  }
+  if (info().bug == PlantedBug::replicated_grad_averaged) {
+    EXPECT_THAT(d.text, HasSubstr("a factor of 1/t (t = 2)"));
+  }
+  if (info().bug == PlantedBug::grad_scaled_twice) {
+    EXPECT_THAT(d.text, HasSubstr("0.25 x b"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, PlantedBugs,
+                         ::testing::Range<std::size_t>(0, planted_bugs().size()), case_name);
+
+TEST(PlantedBugTable, NamesParseBackAndUnknownNamesListTheCatalogue) {
+  EXPECT_GE(planted_bugs().size(), 12u);
+  for (const PlantedBugInfo& info : planted_bugs()) {
+    EXPECT_EQ(parse_planted_bug(info.name), info.bug);
+    EXPECT_STREQ(planted_bug_name(info.bug), info.name);
+    EXPECT_FALSE(planted_bug_modes(info.bug).empty()) << info.name;
+    EXPECT_FALSE(planted_bug_applies(info.bug, ParallelMode::single)) << info.name;
+    EXPECT_FALSE(diverging_tensors(info.bug).empty()) << info.name;
+  }
+  EXPECT_EQ(parse_planted_bug("none"), PlantedBug::none);
+  try {
+    parse_planted_bug("f-and-g");
+    FAIL() << "an unknown name parsed";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("planted_bug 'f-and-g'"));
+    EXPECT_THAT(e.what(), HasSubstr("sp-layernorm-grad-not-reduced"));
+    EXPECT_THAT(e.what(), HasSubstr("replicated-grad-averaged"));
+  }
+}
+
+TEST(PlantedBugTable, ABugPlantedWhereItDoesNotApplyIsAnErrorNamingTheFieldAndItsModes) {
+  LayerConfig c;
+  c.mode = ParallelMode::tp;
+  c.degree = 2;
+  c.planted_bug = PlantedBug::sp_layernorm_grad_not_reduced;
+  try {
+    c.validate();
+    FAIL() << "planted in tp";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("planted_bug sp-layernorm-grad-not-reduced"));
+    EXPECT_THAT(e.what(), HasSubstr("mode tp-sp, given mode tp"));
+  }
+  c.planted_bug = PlantedBug::dropout_per_rank_seed;
+  c.dropout = 0;
+  EXPECT_THROW(c.validate(), ArgumentError);
+  c.dropout = 0.1;
+  EXPECT_NO_THROW(c.validate());
+  c.mode = ParallelMode::single;
+  c.degree = 1;
+  EXPECT_THROW(c.validate(), ArgumentError);  // single device: nothing to plant
+}
+
+TEST(PlantedBugTable, TheReferenceIgnoresTheBug) {
+  Context a(0), b(0);
+  const LayerRunSpec clean = bug_spec(PlantedBug::none, ParallelMode::tp_sp);
+  const LayerRunSpec planted = bug_spec(PlantedBug::loss_times_t, ParallelMode::tp_sp);
+  const auto want = single_device_reference(a, clean);
+  const auto got = single_device_reference(b, planted);
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].second.to_vector(), want[i].second.to_vector()) << want[i].first;
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
