@@ -157,7 +157,7 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
                                       const CheckedTensors& c, const SharedReference::Slices& want,
                                       SharedReference& reference, int step) {
   const std::size_t from = 0, to = c.names.size();
-  const Tolerance tolerance = default_tolerance(spec.layer.dtype);
+  const Tolerance tolerance = spec.tolerance.value_or(default_tolerance(spec.layer.dtype));
   constexpr std::size_t kStats = 4;
   std::vector<double> mine;
   for (std::size_t i = from; i < to; ++i) {
@@ -214,6 +214,21 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
     out.push_back(std::move(check));
   }
   return out;
+}
+
+StepCheck summarise(int step, const std::vector<TensorCheck>& tensors) {
+  StepCheck s;
+  s.step = step;
+  for (const TensorCheck& t : tensors) {
+    s.failed_tensors += t.passed ? 0 : 1;
+    if (t.name == "output") s.output_worst = t.worst;
+    if (s.worst_tensor.empty() || t.worst > s.worst) {
+      s.worst = t.worst;
+      s.worst_tensor = t.name;
+    }
+  }
+  s.passed = s.failed_tensors == 0;
+  return s;
 }
 
 // Every rank's memory totals, so one rank (or one MPI process) can report them all.
@@ -398,13 +413,14 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
   RankRun run;
   run.rank = env.rank;
   run.check.ran = checked_run;
-  run.check.tolerance = default_tolerance(c.dtype);
+  run.check.tolerance = spec.tolerance.value_or(default_tolerance(c.dtype));
+  bool failed_before = false;  // a checked step failed (its tensors are the ones reported)
   run.steps.reserve(static_cast<std::size_t>(spec.steps));  // no growth as the run goes on
   for (int step = 0; step < spec.steps; ++step) {
     env.ctx.set_step(step);
     // The check stops at the first step that fails: from there the two layers differ anyway.
-    const bool check_step =
-        checked_run && run.check.passed && (spec.check_steps < 0 || step < spec.check_steps);
+    const bool check_step = checked_run && (!failed_before || spec.check_past_failure) &&
+                            (spec.check_steps < 0 || step < spec.check_steps);
     if (spec.on_step && env.rank == 0) spec.on_step(step, check_step);
     const auto start = std::chrono::steady_clock::now();
     // The last step's output is let go first, so an inspector never holds memory the run
@@ -418,6 +434,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     };
     double loss = 0;
     Context ref(env.rank);  // the reference's slices for this rank
+    std::vector<TensorCheck> step_tensors;
     SharedReference::Slices want_after;
     {  // the step's output, seed and graph live in here
       ParallelTensor y = layer.forward(x);
@@ -444,7 +461,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
                                    want.scales.end());
           want.tensors.resize(n);
           want.scales.resize(n);
-          run.check.tensors = compare_part(env, spec, before, want, *reference, step);
+          step_tensors = compare_part(env, spec, before, want, *reference, step);
         });
       }
       if (step == 0 && spec.dump) {  // also left out of the step's time
@@ -459,14 +476,19 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       timed([&] {
         for (TensorCheck& t :
              compare_part(env, spec, after_update(layer), want_after, *reference, step)) {
-          run.check.tensors.push_back(std::move(t));
+          step_tensors.push_back(std::move(t));
         }
-        run.check.step = step;
+        const StepCheck brief = summarise(step, step_tensors);
+        run.check.history.push_back(brief);
         run.check.steps_checked = step + 1;
-        run.check.passed = std::all_of(run.check.tensors.begin(), run.check.tensors.end(),
-                                       [](const TensorCheck& t) { return t.passed; });
+        if (!failed_before) {  // the first failed step's tensors stay the ones reported
+          run.check.step = step;
+          run.check.tensors = std::move(step_tensors);
+          run.check.passed = brief.passed;
+          failed_before = !brief.passed;
+        }
         // Replicated parameters bit-equal on every rank (the reference check allows rounding).
-        if (run.check.passed) layer.check_replicated();
+        if (brief.passed) layer.check_replicated();
         if (inspector) inspector->check(env.rank, run.check);
       });
     }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct LayerRunSpec {
   // The steps checked, from step 0 (-1: every step). A step that is checked costs one
   // single-device step on the process (shared by its rank threads) and the comparisons.
   int check_steps = -1;
+  // The rule's tolerance (unset: default_tolerance of the layer's dtype).
+  std::optional<Tolerance> tolerance;
+  // Go on checking after a step fails (the check's history then covers every checked step: what
+  // bench/check_margins measures); by default the check stops at the first failure.
+  bool check_past_failure = false;
   bool keep_gathered_input = false;  // tp-sp: keep the gathered linear inputs for backward
   // The numerical guard (Context::set_check_finite) on the rank's context for the whole run: the
   // first NaN or Inf in an op's output or a gradient is a NumericalError naming the op and rank.
@@ -112,12 +118,23 @@ struct RankMemory {
   std::vector<MeasuredTerm> terms;  // model terms, then any measured site the model lacks
 };
 
+// One checked step, in brief.
+struct StepCheck {
+  int step = 0;
+  bool passed = true;
+  int failed_tensors = 0;
+  double output_worst = 0;  // the output's largest |a - b| over its bound
+  double worst = 0;         // the largest over every compared tensor
+  std::string worst_tensor;
+};
+
 struct CheckResult {
   bool ran = false;
   bool passed = true;
   Tolerance tolerance;
+  std::vector<StepCheck> history;  // every checked step
   int steps_checked = 0;  // steps compared so far (the check stops at the first that fails)
-  int step = -1;          // the step `tensors` are of: the one that failed, else the last checked
+  int step = -1;          // the step `tensors` are of: the first that failed, else the last checked
   std::vector<TensorCheck> tensors;  // every compared tensor of that step, a failed one diagnosed
 };
 

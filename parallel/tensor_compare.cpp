@@ -9,9 +9,12 @@
 
 namespace shardscope {
 
+// Chosen with bench/check_margins (docs/derivations.md, "The tolerance of the reference check"):
+// correct runs stay at least 100x inside these bounds and every catalogued bug at least 100x
+// outside them (f64: on the output alone too).
 Tolerance default_tolerance(DType dtype) {
-  if (dtype == DType::f64) return {1e-9, 1e-9};
-  return {1e-3, 1e-3};
+  if (dtype == DType::f64) return {1e-11, 1e-11};
+  return {3e-5, 3e-5};
 }
 
 double scale_of(const std::vector<double>& values) {
