@@ -1,6 +1,7 @@
 // diagnose: the shapes of difference tried in turn on the elements, then on blocks along each dim.
 #include "parallel/diagnosis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -90,6 +91,32 @@ Values block_of(const Values& v, const Shape& shape, int dim, int n, int j) {
   return out;
 }
 
+// a - b the same vector over the last dim at every position (rank >= 2, more than one position).
+bool by_offset(const Values& a, const Values& b, const Shape& shape, const Rule& rule,
+               Diagnosis& d) {
+  if (shape.rank() < 2) return false;
+  const std::size_t inner = static_cast<std::size_t>(shape[shape.rank() - 1]);
+  if (inner == 0 || a.size() <= inner) return false;
+  Values offset(inner);
+  double largest = 0, smallest = INFINITY;
+  for (std::size_t j = 0; j < inner; ++j) {
+    offset[j] = a[j] - b[j];
+    largest = std::max(largest, std::fabs(offset[j]));
+    smallest = std::min(smallest, std::fabs(offset[j]));
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!rule.close(a[i], b[i] + offset[i % inner])) return false;
+  }
+  const bool constant = all_close(offset, Values(inner, offset[0]), rule);
+  d.kind = Diagnosis::Kind::offset;
+  d.text = constant ? "a constant offset: a = b + " + number(offset[0]) + " everywhere"
+                    : "an offset per feature: a = b + the same vector of " +
+                          std::to_string(inner) + " values at every position (|offset| " +
+                          number(smallest) + " to " + number(largest) +
+                          "): an extra bias-like term";
+  return true;
+}
+
 // Cuts `dim` into n blocks: one block wrong (the others in place), or a permutation of blocks.
 bool by_blocks(const Values& a, const Values& b, const Shape& shape, int dim, int n, int t,
                const Rule& rule, Diagnosis& d) {
@@ -157,8 +184,17 @@ Diagnosis diagnose(const Values& a, const Values& b, const Shape& shape, int t, 
     d.text = "a matches b";
     return d;
   }
+  if (a.size() == 1) {  // one value: nothing to tell a pattern by, unless it is t or 1/t
+    const std::string named = b[0] != 0 ? name_ratio(a[0] / b[0], t) : "";
+    d.kind = named.empty() ? Diagnosis::Kind::unstructured : Diagnosis::Kind::ratio;
+    d.ratio = b[0] != 0 ? a[0] / b[0] : 0;
+    d.text = "a = " + number(a[0]) + " where b = " + number(b[0]) +
+             (named.empty() ? " (a single value)" : named);
+    return d;
+  }
   d = elementwise(a, b, t, rule);
   if (d.kind != Diagnosis::Kind::none) return d;
+  if (by_offset(a, b, shape, rule, d)) return d;
   std::vector<int> counts;
   if (t > 1) counts.push_back(t);
   for (int n = 2; n <= 8; ++n) {

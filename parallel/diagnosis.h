@@ -1,6 +1,7 @@
 // What a difference between two tensors looks like, for a check that failed: a constant ratio
-// (named when it is the group size t or 1/t), a sign flip, zeros where values were expected, blocks
-// permuted along a dim (which), one block wrong (one rank's slice: which), or none of these. The
+// (named when it is the group size t or 1/t), a sign flip, zeros where values were expected, an
+// offset repeated at every position (an extra bias), blocks permuted along a dim (which), one block
+// wrong (one rank's slice: which), or none of these. A single value (a loss) is only compared. The
 // element rule is the checks' own: a matches b when |a - b| <= atol + rtol |b|. Each shape is tried
 // in that order and the first that explains every element is the diagnosis.
 #pragma once
@@ -13,7 +14,16 @@
 namespace shardscope {
 
 struct Diagnosis {
-  enum class Kind { none, ratio, sign_flip, zeros, blocks_permuted, one_block_wrong, unstructured };
+  enum class Kind {
+    none,
+    ratio,
+    sign_flip,
+    zeros,
+    offset,  // a = b + the same vector (over the last dim) at every position: an extra bias
+    blocks_permuted,
+    one_block_wrong,
+    unstructured
+  };
   Kind kind = Kind::none;        // none: a and b match
   double ratio = 0;              // ratio: a = ratio * b
   int dim = -1;                  // blocks_permuted, one_block_wrong: the dim cut into blocks

@@ -33,6 +33,33 @@ TEST(Diagnose, EqualTensorsGiveNone) {
   EXPECT_EQ(diagnose(b, b, kShape, 4, kRtol, kAtol).kind, Kind::none);
 }
 
+TEST(Diagnose, AnOffsetRepeatedAtEveryPositionIsAnExtraBias) {
+  const auto b = random_values(24, 11);
+  const auto bias = random_values(6, 12);
+  std::vector<double> per_feature = b, constant = b;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    per_feature[i] += bias[i % 6];
+    constant[i] += 0.25;
+  }
+  const Diagnosis d = diagnose(per_feature, b, kShape, 2, kRtol, kAtol);
+  EXPECT_EQ(d.kind, Kind::offset) << d.text;
+  EXPECT_THAT(d.text, HasSubstr("the same vector of 6 values at every position"));
+  const Diagnosis c = diagnose(constant, b, kShape, 2, kRtol, kAtol);
+  EXPECT_EQ(c.kind, Kind::offset) << c.text;
+  EXPECT_THAT(c.text, HasSubstr("a constant offset: a = b + 0.25"));
+  per_feature[7] += 1;  // one element off the pattern: no longer an offset
+  EXPECT_NE(diagnose(per_feature, b, kShape, 2, kRtol, kAtol).kind, Kind::offset);
+}
+
+TEST(Diagnose, ASingleValueIsOnlyComparedUnlessItIsAFactorOfT) {
+  const Diagnosis d = diagnose({2.1}, {2.0}, Shape{1}, 2, kRtol, kAtol);
+  EXPECT_EQ(d.kind, Kind::unstructured);
+  EXPECT_EQ(d.text, "a = 2.1 where b = 2 (a single value)");
+  const Diagnosis t = diagnose({4.0}, {2.0}, Shape{1}, 2, kRtol, kAtol);
+  EXPECT_EQ(t.kind, Kind::ratio);
+  EXPECT_THAT(t.text, HasSubstr("a factor of t = 2"));
+}
+
 TEST(Diagnose, RatiosOfTAndOneOverTAreNamed) {
   const auto b = random_values(24, 2);
   std::vector<double> times_t = b, over_t = b, other = b;

@@ -106,6 +106,8 @@ std::string kind_phrase(Diagnosis::Kind kind) {
       return "the sign is flipped";
     case Diagnosis::Kind::zeros:
       return "zeros where values were expected";
+    case Diagnosis::Kind::offset:
+      return "offset";
     case Diagnosis::Kind::blocks_permuted:
     case Diagnosis::Kind::one_block_wrong:
       return "blocks along dim";
