@@ -1,6 +1,7 @@
 // The lab runner: finds labs/NN-*/ in the source tree this binary was built from, builds the lab's
 // test target in this binary's build tree with CMake, runs it, and ends with the one line a
-// student needs: how many tests pass and the next TODO (function and file).
+// student needs: how many tests pass and the next TODO (function and file). A lab with an
+// answers.txt and no tests (lab 8) is graded from the answers instead (apps/lab_answers.h).
 #include "apps/lab_command.h"
 
 #include <sys/wait.h>
@@ -13,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <vector>
+
+#include "apps/lab_answers.h"
 
 namespace shardscope {
 namespace {
@@ -165,6 +168,24 @@ std::string next_step(const TestRun& run, const fs::path& file, const std::strin
          std::to_string(run.exit_code) + "): see the last test above";
 }
 
+// A lab graded from the student's answers.txt rather than tests (lab 8, find the bug).
+bool is_answers_lab(const Lab& lab) {
+  return fs::exists(lab.dir / "answers.txt") && !fs::exists(lab.dir / "lab_test.cpp");
+}
+
+int grade_answers_lab(const Lab& lab, const LabOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.solution || !o.filter.empty()) {
+    err << "shardscope: lab " << o.number << " is graded from your answers (labs/"
+        << lab.dir.filename().string() << "/answers.txt): --solution and --filter apply to "
+        << "labs graded by tests\n";
+    return 2;
+  }
+  const fs::path file = o.answers.empty() ? lab.dir / "answers.txt" : fs::path(o.answers);
+  const std::string shown =
+      o.answers.empty() ? "labs/" + lab.dir.filename().string() + "/answers.txt" : o.answers;
+  return grade_bug_answers(o.number, file, shown, out, err);
+}
+
 }  // namespace
 
 CLI::App* add_lab_subcommand(CLI::App& app, LabOptions& o) {
@@ -176,6 +197,9 @@ CLI::App* add_lab_subcommand(CLI::App& app, LabOptions& o) {
   lab->add_option("number", o.number, "the lab's number (1 for labs/01-*)");
   lab->add_flag("--solution", o.solution, "run the tests against the solution instead");
   lab->add_option("--filter", o.filter, "run only the tests matching this GoogleTest filter");
+  lab->add_option("--answers", o.answers,
+                  "a lab graded from answers (8, find the bug): grade this file instead of "
+                  "labs/NN-*/answers.txt");
   return lab;
 }
 
@@ -185,12 +209,15 @@ int lab_main(const LabOptions& o, std::ostream& out, std::ostream& err) {
     out << "labs in " << SHARDSCOPE_SOURCE_DIR << "/labs:\n";
     for (const Lab& lab : labs) {
       const bool has_solution = fs::exists(lab.dir / "solution.cpp");
+      const bool answers = is_answers_lab(lab);
       char num[8];
       std::snprintf(num, sizeof num, "%2d", lab.number);
       out << "  " << num << "  " << lab.title << "  (labs/" << lab.dir.filename().string()
-          << (has_solution ? ", with solution" : "") << ")\n";
+          << (has_solution ? ", with solution" : "") << (answers ? ", graded from answers.txt" : "")
+          << ")\n";
     }
-    out << "run one: shardscope lab N [--solution] [--filter PATTERN]\n";
+    out << "run one: shardscope lab N [--solution] [--filter PATTERN] (an answers lab: "
+           "[--answers FILE])\n";
     return 0;
   }
   const auto it = std::find_if(labs.begin(), labs.end(),
@@ -204,6 +231,12 @@ int lab_main(const LabOptions& o, std::ostream& out, std::ostream& err) {
       for (const Lab& lab : labs) err << " " << lab.number;
       err << " (see shardscope lab)\n";
     }
+    return 2;
+  }
+  if (is_answers_lab(*it)) return grade_answers_lab(*it, o, out, err);
+  if (!o.answers.empty()) {
+    err << "shardscope: lab " << o.number << " is graded by its tests: --answers applies to a "
+        << "lab graded from answers.txt\n";
     return 2;
   }
   const char* kind = o.solution ? "solution" : "starter";

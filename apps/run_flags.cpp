@@ -66,7 +66,9 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--plant-bug", text.plant_bug,
                  "plant one known bug of the catalogue (docs/bug-catalogue.md) into the parallel "
                  "layer, to see the check catch it: " +
-                     planted_bug_names())
+                     planted_bug_names() +
+                     "; or random: one that applies to the run, chosen from --seed and --mode "
+                     "and never named by the run (lab 8, labs/08-find-the-bug/)")
       ->capture_default_str();
   if (!outputs) return;
   run.add_option("--report", o.report_path, "write a JSON report to this file");
@@ -118,9 +120,13 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.dtype = parse_dtype(dtype);
   try {
-    o.spec.layer.planted_bug = parse_planted_bug(plant_bug);
+    // random: the run's own seed picks the bug, so `--seed N` names the exercise (lab 8).
+    o.spec.layer.planted_bug = plant_bug == kRandomBug
+                                   ? choose_random_bug(o.spec.layer.seed, o.spec.layer)
+                                   : parse_planted_bug(plant_bug);
   } catch (const ArgumentError& e) {
-    throw ArgumentError(std::string("--plant-bug: ") + e.what());
+    const bool unknown = plant_bug != kRandomBug && plant_bug != "none";
+    throw ArgumentError(std::string("--plant-bug: ") + e.what() + (unknown ? ", or random" : ""));
   }
   resolve_comm_and_backend(comm, backend, o);
   o.spec.check = !no_check;

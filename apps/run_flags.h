@@ -18,7 +18,10 @@ struct RunFlags {
   // nccl when every rank can have a CUDA device of its own (or under mpirun), else --comm threads
   // (the ranks share the devices); otherwise cpu and threads.
   std::string comm, backend;
-  std::string plant_bug = "none";  // --plant-bug: a name of parallel/planted_bug.h's catalogue
+  // --plant-bug: a name of parallel/planted_bug.h's catalogue, or kRandomBug (choose_random_bug
+  // from --seed; the run never prints which).
+  std::string plant_bug = "none";
+  static constexpr const char* kRandomBug = "random";
   bool no_check = false, no_call_check = false;
   std::optional<std::string> inject_fault;  // the text of --inject-fault, when given
   std::optional<int> check_steps;           // --check-steps, when given

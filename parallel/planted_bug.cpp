@@ -165,4 +165,41 @@ void validate_planted_bug(PlantedBug bug, ParallelMode mode, double dropout, boo
   }
 }
 
+std::vector<PlantedBug> plantable_bugs(const LayerConfig& config) {
+  std::vector<PlantedBug> bugs;
+  for (const PlantedBugInfo& info : table()) {
+    try {
+      validate_planted_bug(info.bug, config.mode, config.dropout, config.causal);
+      bugs.push_back(info.bug);
+    } catch (const ArgumentError&) {
+      // not plantable into this config: the table's own rule says why
+    }
+  }
+  return bugs;
+}
+
+namespace {
+
+// SplitMix64's finaliser (Steele, Lea and Flood 2014): neighbouring seeds give unrelated values.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+PlantedBug choose_random_bug(std::uint64_t seed, const LayerConfig& config) {
+  const std::vector<PlantedBug> bugs = plantable_bugs(config);
+  if (bugs.empty()) {
+    throw ArgumentError(
+        std::string("planted_bug random: no bug of the catalogue applies to mode ") +
+        mode_name(config.mode) + " (expected tp, tp-sp or ulysses)");
+  }
+  // The mode enters the hash, so that seed N hides unrelated bugs in different modes.
+  const std::uint64_t h = mix(seed ^ mix(static_cast<std::uint64_t>(config.mode) + 1));
+  return bugs[static_cast<std::size_t>(h % bugs.size())];
+}
+
 }  // namespace shardscope

@@ -15,6 +15,7 @@
 namespace shardscope {
 
 enum class ParallelMode : std::uint8_t;  // layer_config.h
+struct LayerConfig;                      // layer_config.h
 
 enum class PlantedBug : std::uint8_t {
   none,
@@ -64,5 +65,14 @@ std::vector<std::string> diverging_tensors(PlantedBug bug);
 // Throws ArgumentError naming the field planted_bug when `bug` cannot be planted in `mode` (with
 // the modes it needs) or needs dropout > 0 or causal attention that the config lacks.
 void validate_planted_bug(PlantedBug bug, ParallelMode mode, double dropout, bool causal);
+
+// The bugs that can be planted into a run of `config` (its mode, dropout and causal setting, by
+// validate_planted_bug's rules), in catalogue order; empty for mode single.
+std::vector<PlantedBug> plantable_bugs(const LayerConfig& config);
+// The hidden bug of a "find the bug" run (`--plant-bug random`, lab 8): one of
+// plantable_bugs(config), chosen by a hash of `seed` and the mode, the same on every machine and
+// every run (it changes only when the catalogue does). Throws ArgumentError naming the field mode
+// when no bug can be planted (mode single).
+PlantedBug choose_random_bug(std::uint64_t seed, const LayerConfig& config);
 
 }  // namespace shardscope

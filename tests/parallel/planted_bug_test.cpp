@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "autograd/errors.h"
 #include "parallel/collective_ops.h"
@@ -244,6 +245,51 @@ TEST(PlantedBugTable, TheReferenceIgnoresTheBug) {
   ASSERT_EQ(want.size(), got.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(got[i].second.to_vector(), want[i].second.to_vector()) << want[i].first;
+  }
+}
+
+// --plant-bug random (lab 8): the same seed and config always hide the same bug; every bug it
+// hides can be planted into the config (mode, dropout); over a few hundred seeds it reaches every
+// such bug, so a class's seeds spread over the catalogue.
+TEST(ChooseRandomBug, IsDeterministicPlantableAndReachesEveryBugOfTheMode) {
+  for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    for (double dropout : {0.0, 0.1}) {
+      LayerConfig c;
+      c.mode = mode;
+      c.degree = 2;
+      c.dropout = dropout;
+      const std::vector<PlantedBug> plantable = plantable_bugs(c);
+      std::set<PlantedBug> reached;
+      for (std::uint64_t seed = 0; seed < 300; ++seed) {
+        const PlantedBug bug = choose_random_bug(seed, c);
+        EXPECT_EQ(choose_random_bug(seed, c), bug);
+        c.planted_bug = bug;
+        EXPECT_NO_THROW(c.validate()) << planted_bug_name(bug) << " in " << mode_name(mode);
+        reached.insert(bug);
+      }
+      EXPECT_EQ(reached, std::set<PlantedBug>(plantable.begin(), plantable.end()))
+          << mode_name(mode) << " dropout " << dropout;
+      EXPECT_GE(reached.size(), 5u) << mode_name(mode);
+    }
+  }
+  LayerConfig tp;
+  tp.mode = ParallelMode::tp;
+  tp.dropout = 0;
+  const std::vector<PlantedBug> no_dropout = plantable_bugs(tp);
+  EXPECT_EQ(std::count(no_dropout.begin(), no_dropout.end(), PlantedBug::dropout_per_rank_seed), 0);
+  tp.dropout = 0.1;
+  const std::vector<PlantedBug> with_dropout = plantable_bugs(tp);
+  EXPECT_EQ(std::count(with_dropout.begin(), with_dropout.end(), PlantedBug::dropout_per_rank_seed),
+            1);
+}
+
+TEST(ChooseRandomBug, ThrowsNamingTheModeWhenNoBugApplies) {
+  LayerConfig single;
+  try {
+    choose_random_bug(7, single);
+    FAIL() << "a bug chosen for mode single";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("mode single"));
   }
 }
 
