@@ -6,11 +6,11 @@
 // tolerance to be trusted (docs/derivations.md, "The tolerance of the reference check"). One line
 // per shape and dtype; the table is generated, and the docs check runs it again.
 //
-//   ./build/default/bench/check_margins [--rtol R --atol A]   (default: the per-dtype tolerance)
+//   ./build/default/bench/check_margins [--rtol R --atol A] [--per-bug]
+//   (default: the per-dtype tolerance; --per-bug adds each bug's margin on stderr)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -75,7 +75,8 @@ Margin correct_margin(const ShapeCase& s, DType dtype, const std::optional<Toler
   for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
     const CheckResult r = check_of(spec_of(s, dtype, mode, PlantedBug::none, tol));
     for (const StepCheck& step : r.history) {
-      const double margin = step.worst > 0 ? 1 / step.worst : std::numeric_limits<double>::infinity();
+      const double margin =
+          step.worst > 0 ? 1 / step.worst : std::numeric_limits<double>::infinity();
       if (margin < m.value) {
         m.value = margin;
         m.where = std::string(mode_name(mode)) + " " + step.worst_tensor + " step " +
@@ -97,7 +98,8 @@ struct BugMargins {
   int forward_caught = 0, forward_bugs = 0, backward_caught = 0, backward_bugs = 0;
 };
 
-BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tolerance>& tol) {
+BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tolerance>& tol,
+                       bool per_bug) {
   BugMargins m;
   for (const PlantedBugInfo& info : planted_bugs()) {
     const LayerRunSpec spec = spec_of(s, dtype, first_mode(info.bug), info.bug, tol);
@@ -117,13 +119,15 @@ BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tole
       if (step.passed) continue;
       if (step.worst < m.any.value) {
         m.any.value = step.worst;
-        m.any.where = std::string(info.name) + " " + step.worst_tensor + " step " +
-                      std::to_string(step.step);
+        m.any.where =
+            std::string(info.name) + " " + step.worst_tensor + " step " + std::to_string(step.step);
       }
       break;
     }
-    if (std::getenv("CHECK_MARGINS_VERBOSE")) {
-      std::fprintf(stderr, "%s %s: %g at step %d\n", dtype_name(dtype), info.name, margin, at);
+    if (per_bug) {
+      std::fprintf(stderr, "%s s=%lld %s in %s: %.3g at step %d\n", dtype_name(dtype),
+                   static_cast<long long>(s.seq), info.name, mode_name(first_mode(info.bug)),
+                   margin, at);
     }
     Margin& into = info.output_ok ? m.backward : m.forward;
     (info.output_ok ? m.backward_bugs : m.forward_bugs) += 1;
@@ -151,10 +155,13 @@ int main(int argc, char** argv) {
   std::optional<double> rtol, atol;
   app.add_option("--rtol", rtol, "relative tolerance (default: per dtype)");
   app.add_option("--atol", atol, "absolute tolerance in units of max|b| (default: per dtype)");
+  bool per_bug = false;
+  app.add_flag("--per-bug", per_bug, "also each bug's margin, on stderr");
   CLI11_PARSE(app, argc, argv);
-  std::printf("| dtype | rtol, atol | s b h a | correct runs: bound / worst error (where) | "
-              "forward bugs: output error / bound (smallest) | backward-only bugs: error / bound "
-              "(smallest) | every bug: worst error / bound of any tensor (smallest) |\n");
+  std::printf(
+      "| dtype | rtol, atol | s b h a | correct runs: bound / worst error (where) | "
+      "forward bugs: output error / bound (smallest) | backward-only bugs: error / bound "
+      "(smallest) | every bug: worst error / bound of any tensor (smallest) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   bool held = true, on_output = true;
   for (DType dtype : {DType::f32, DType::f64}) {
@@ -162,24 +169,25 @@ int main(int argc, char** argv) {
     const Tolerance t{rtol.value_or(d.rtol), atol.value_or(d.atol)};
     for (const ShapeCase& s : kShapes) {
       const Margin ok = correct_margin(s, dtype, t);
-      const BugMargins bad = bug_margins(s, dtype, t);
+      const BugMargins bad = bug_margins(s, dtype, t, per_bug);
       held = held && ok.value >= 100 && bad.any.value >= 100;
       on_output = on_output && bad.forward.value >= 100 && bad.backward.value >= 100;
       char tol[48];
       std::snprintf(tol, sizeof tol, "%g, %g", t.rtol, t.atol);
-      std::printf("| %s | %s | %lld %lld %lld %lld | %s (%s) | %d of %d >= 100; %s (%s) | "
-                  "%d of %d >= 100; %s (%s) | %s (%s) |\n",
-                  dtype_name(dtype), tol, static_cast<long long>(s.seq),
-                  static_cast<long long>(s.batch), static_cast<long long>(s.hidden),
-                  static_cast<long long>(s.heads), number(ok.value).c_str(), ok.where.c_str(),
-                  bad.forward_caught, bad.forward_bugs, number(bad.forward.value).c_str(),
-                  bad.forward.where.c_str(), bad.backward_caught, bad.backward_bugs,
-                  number(bad.backward.value).c_str(), bad.backward.where.c_str(),
-                  number(bad.any.value).c_str(), bad.any.where.c_str());
+      std::printf(
+          "| %s | %s | %lld %lld %lld %lld | %s (%s) | %d of %d >= 100; %s (%s) | "
+          "%d of %d >= 100; %s (%s) | %s (%s) |\n",
+          dtype_name(dtype), tol, static_cast<long long>(s.seq), static_cast<long long>(s.batch),
+          static_cast<long long>(s.hidden), static_cast<long long>(s.heads),
+          number(ok.value).c_str(), ok.where.c_str(), bad.forward_caught, bad.forward_bugs,
+          number(bad.forward.value).c_str(), bad.forward.where.c_str(), bad.backward_caught,
+          bad.backward_bugs, number(bad.backward.value).c_str(), bad.backward.where.c_str(),
+          number(bad.any.value).c_str(), bad.any.where.c_str());
     }
   }
-  std::printf("\ncorrect runs and every bug (on its worst tensor) at least 100 both ways: %s\n"
-              "every forward bug on the output alone, every backward-only bug, at least 100: %s\n",
-              held ? "yes" : "NO", on_output ? "yes" : "no");
+  std::printf(
+      "\ncorrect runs and every bug (on its worst tensor) at least 100 both ways: %s\n"
+      "every forward bug on the output alone, every backward-only bug, at least 100: %s\n",
+      held ? "yes" : "NO", on_output ? "yes" : "no");
   return held ? 0 : 1;
 }

@@ -110,10 +110,9 @@ bool by_offset(const Values& a, const Values& b, const Shape& shape, const Rule&
   const bool constant = all_close(offset, Values(inner, offset[0]), rule);
   d.kind = Diagnosis::Kind::offset;
   d.text = constant ? "a constant offset: a = b + " + number(offset[0]) + " everywhere"
-                    : "an offset per feature: a = b + the same vector of " +
-                          std::to_string(inner) + " values at every position (|offset| " +
-                          number(smallest) + " to " + number(largest) +
-                          "): an extra bias-like term";
+                    : "an offset per feature: a = b + the same vector of " + std::to_string(inner) +
+                          " values at every position (|offset| " + number(smallest) + " to " +
+                          number(largest) + "): an extra bias-like term";
   return true;
 }
 
