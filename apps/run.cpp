@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "apps/output_paths.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
@@ -45,9 +46,13 @@ void print_header(const RunOptions& o, std::ostream& out) {
       << check_scope(o) << "\n";
 }
 
-void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
-  out << "step        loss     time_ms\n";
+void print_steps(const std::vector<StepRecord>& steps, int every, std::ostream& out) {
+  out << "step        loss     time_ms"
+      << (every > 1 ? "   (every " + std::to_string(every) + " steps, and the last; --log-every)"
+                    : "")
+      << "\n";
   for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i % static_cast<std::size_t>(every) != 0 && i + 1 != steps.size()) continue;
     char line[96];
     std::snprintf(line, sizeof line, "%4zu %11.6f %11.3f\n", i, steps[i].loss, steps[i].time_ms);
     out << line;
@@ -65,7 +70,24 @@ void print_indented(const std::string& text, std::ostream& out) {
   }
 }
 
+// A line per problem of the trace after the run: events it dropped.
+void note_dropped_events(const TraceRecorder& recorder, const RunOptions& o, RunResult& result) {
+  const TraceMeta meta = recorder.meta();
+  if (meta.dropped_events == 0) return;
+  result.warnings.push_back(
+      "--trace " + o.trace_path + ": the trace keeps its first " + std::to_string(meta.max_events) +
+      " events and dropped " + std::to_string(meta.dropped_events) + " later ones, from step " +
+      std::to_string(meta.first_dropped_step) +
+      " on (the file says so in otherData.dropped_events; --trace-events raises the bound, "
+      "fewer --steps shorten the run)");
+}
+
 }  // namespace
+
+int log_interval(int log_every, int steps) {
+  if (log_every > 0) return log_every;
+  return steps <= 50 ? 1 : (steps + 19) / 20;
+}
 
 DeviceKind parse_backend(const std::string& name) {
   if (name == "cpu") return DeviceKind::cpu;
@@ -117,6 +139,13 @@ void RunOptions::validate() const {
     throw ArgumentError("--keep-gathered-input applies to --mode tp-sp only");
   }
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
+  if (log_every < 0) {
+    throw ArgumentError("--log-every must be >= 1, given " + std::to_string(log_every));
+  }
+  if (trace_events < 1) throw ArgumentError("--trace-events must be >= 1");
+  check_output_file("--report", report_path);
+  check_output_file("--trace", trace_path);
+  check_dump_folder("--dump", dump_dir, overwrite);
   if (fault) check_fault_plan(*fault, spec.layer.degree, check_calls);
   // MpiComm moves host memory, NcclComm device memory; ThreadComm stages device buffers.
   if (backend == DeviceKind::cuda && comm == CommKind::mpi) {
@@ -163,6 +192,7 @@ std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
   if (o.trace_path.empty()) return nullptr;
   const LayerConfig& c = o.spec.layer;
   TraceOptions t;
+  t.max_events = o.trace_events;
   t.config = layer_config_json(c);  // what the visualizer needs to replay it
   t.config["steps"] = o.spec.steps;
   t.config["comm"] = comm_kind_name(o.comm);
@@ -232,13 +262,24 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     result.rank0 = std::move(run);
     have_rank0 = true;
   });
-  if (recorder && !ranks_are_processes(options.comm)) {
-    recorder->write_chrome_trace(options.trace_path);
-  }
   result.printed = have_rank0;
   if (!have_rank0) return result;  // an MPI rank other than 0
+  print_tables(options, result, out);
+  if (!recorder) return result;
+  if (!ranks_are_processes(options.comm)) {
+    try {  // after the tables: they are printed whatever happens to the file
+      recorder->write_chrome_trace(options.trace_path);
+    } catch (const Error& e) {
+      result.file_errors.push_back("--trace " + std::string(e.what()));
+    }
+  }
+  note_dropped_events(*recorder, options, result);
+  return result;
+}
+
+void print_tables(const RunOptions& options, RunResult& result, std::ostream& out) {
   print_header(options, out);
-  print_steps(result.rank0.steps, out);
+  print_steps(result.rank0.steps, log_interval(options.log_every, options.spec.steps), out);
   if (result.rank0.check.ran) print_check_table(result.rank0.check, out);
   const bool parallel = options.spec.layer.mode != ParallelMode::single;
   const std::vector<CommLine> model =
@@ -261,7 +302,6 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     out << "MEASURED DIFFERS FROM THE MODEL:\n";
     for (const std::string& d : result.model_differences) out << "  " << d << "\n";
   }
-  return result;
 }
 
 }  // namespace shardscope
