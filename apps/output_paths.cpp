@@ -19,11 +19,17 @@ namespace fs = std::filesystem;
   throw ArgumentError(flag + " " + path + ": " + why);
 }
 
-// The folder `path` goes in ("." for a bare name), which must exist and be writable.
-void check_parent(const std::string& flag, const std::string& path, const fs::path& target) {
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+// The folder `path` goes in ("." for a bare name), which must be writable and exist, or with
+// `create_missing` the nearest of its ancestors that exists (the missing ones will be created).
+void check_parent(const std::string& flag, const std::string& path, const fs::path& target,
+                  bool create_missing = false) {
+  fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
-  const fs::file_status status = fs::status(parent, ec);
+  fs::file_status status = fs::status(parent, ec);
+  while (create_missing && !fs::exists(status) && parent.has_relative_path() && parent != ".") {
+    parent = parent.parent_path().empty() ? fs::path(".") : parent.parent_path();
+    status = fs::status(parent, ec);
+  }
   if (!fs::exists(status)) {
     refuse(flag, path, "the folder " + parent.string() + " does not exist (create it first)");
   }
@@ -52,7 +58,7 @@ void check_dump_folder(const std::string& flag, const std::string& dir, bool ove
   if (dir.empty()) return;
   fs::path target(dir);
   if (!target.has_filename() && target.has_parent_path()) target = target.parent_path();
-  check_parent(flag, dir, target);
+  check_parent(flag, dir, target, /*create_missing=*/true);
   std::error_code ec;
   const fs::file_status status = fs::status(target, ec);
   if (!fs::exists(status)) return;

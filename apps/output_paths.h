@@ -11,7 +11,8 @@ namespace shardscope {
 // `flag` is how the error names it ("--trace"). An existing file is replaced (atomically).
 void check_output_file(const std::string& flag, const std::string& path);
 
-// --dump DIR: its parent folder exists and is writable, and DIR is either absent, an empty
+// --dump DIR: its parent folder is writable (missing folders above DIR are created: the nearest
+// existing one must be a writable folder), and DIR is either absent, an empty
 // folder, or (with `overwrite`, --overwrite) a dump (a folder holding manifest.json). A file, or a
 // folder of other things, is never replaced.
 void check_dump_folder(const std::string& flag, const std::string& dir, bool overwrite);

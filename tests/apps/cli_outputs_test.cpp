@@ -63,13 +63,15 @@ TEST(CliOutputs, ABadOutputPathIsRefusedBeforeTheRunWithOneLine) {
   const Result report = run_cli(kTiny + "--report " + dir.string() + "/");
   EXPECT_EQ(report.exit_code, 2) << report.output;
   EXPECT_THAT(report.output, HasSubstr("--report " + dir.string() + "/: is a folder"));
-  const Result dump = run_cli(kTiny + "--dump " + (dir / "no" / "d").string());
+  std::ofstream(dir / "file") << "not a folder";
+  const Result dump = run_cli(kTiny + "--dump " + (dir / "file" / "d").string());
   EXPECT_EQ(dump.exit_code, 2) << dump.output;
-  EXPECT_THAT(dump.output, HasSubstr("--dump " + (dir / "no" / "d").string()));
+  EXPECT_THAT(dump.output, HasSubstr("--dump " + (dir / "file" / "d").string() + ": " +
+                                     (dir / "file").string() + " is not a folder"));
   for (const Result* r : {&missing, &folder, &report, &dump}) {
     EXPECT_THAT(r->output, Not(HasSubstr("step        loss")));  // no rank ran
   }
-  EXPECT_EQ(entries(dir), 0) << "nothing is left beside the paths (no .tmp)";
+  EXPECT_EQ(entries(dir), 1) << "nothing is left beside the paths (no .tmp)";
   const Result debug = run_cli("debug --trace " + (dir / "t.json").string() + " </dev/null");
   EXPECT_EQ(debug.exit_code, 2) << debug.output;
   EXPECT_THAT(debug.output, HasSubstr("--trace is a flag of shardscope run"));
