@@ -200,15 +200,31 @@ std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
   return std::make_unique<TraceRecorder>(std::move(t));
 }
 
-// MPI: every process writes its rank's trace next to FILE; rank 0 merges them into FILE (the
-// ranks need a shared filesystem for that, as for --dump and --report).
-void write_mpi_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv& env) {
+// MPI: every process writes its rank's trace next to FILE, and rank 0 merges them into FILE once
+// it has printed the tables (write_trace; the ranks need a shared filesystem for that, as for
+// --dump and --report).
+void write_rank_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv& env) {
   recorder.write_chrome_trace(rank_trace_path(o.trace_path, env.rank));
   env.group.barrier();
-  if (env.rank != 0) return;
-  std::vector<std::string> files;
-  for (int r = 0; r < env.world; ++r) files.push_back(rank_trace_path(o.trace_path, r));
-  merge_trace_files(files, o.trace_path);
+}
+
+// After the tables (they are printed whatever happens to the file): FILE, from the recorder or
+// merged from the ranks' files; a failure is one line of result.file_errors.
+void write_trace(const TraceRecorder& recorder, const RunOptions& o, RunResult& result) {
+  try {
+    if (ranks_are_processes(o.comm)) {
+      std::vector<std::string> files;
+      for (int r = 0; r < o.spec.layer.degree; ++r) {
+        files.push_back(rank_trace_path(o.trace_path, r));
+      }
+      merge_trace_files(files, o.trace_path);
+    } else {
+      recorder.write_chrome_trace(o.trace_path);
+    }
+  } catch (const Error& e) {
+    result.file_errors.push_back("--trace " + std::string(e.what()));
+  }
+  note_dropped_events(recorder, o, result);
 }
 
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
@@ -254,7 +270,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
       if (recorder) attach.emplace(env.ctx, *recorder);
       run = run_layer_rank(env, spec);
     }
-    if (recorder && ranks_are_processes(options.comm)) write_mpi_trace(*recorder, options, env);
+    if (recorder && ranks_are_processes(options.comm)) write_rank_trace(*recorder, options, env);
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     result.memory = run.group_memory;
@@ -265,15 +281,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
   result.printed = have_rank0;
   if (!have_rank0) return result;  // an MPI rank other than 0
   print_tables(options, result, out);
-  if (!recorder) return result;
-  if (!ranks_are_processes(options.comm)) {
-    try {  // after the tables: they are printed whatever happens to the file
-      recorder->write_chrome_trace(options.trace_path);
-    } catch (const Error& e) {
-      result.file_errors.push_back("--trace " + std::string(e.what()));
-    }
-  }
-  note_dropped_events(*recorder, options, result);
+  if (recorder) write_trace(*recorder, options, result);
   return result;
 }
 

@@ -127,6 +127,16 @@ TEST(CliOutputs, TheTablesArePrintedWhenATraceCannotBeWrittenAfterTheRun) {
   EXPECT_THAT(r.output, HasSubstr("report written to " + report));
   EXPECT_EQ(entries(dir), 1) << "the report only: no trace, no temporary";
   EXPECT_TRUE(fs::exists(report));
+  // 1 block: neither fits; each is named, and the tables are still there.
+  fs::remove(report);
+  const Result both =
+      run_cli_with_file_limit(1, kTiny + "--steps 2 --trace " + trace + " --report " + report);
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("peak live bytes"));
+  EXPECT_THAT(both.output, HasSubstr("error: --trace " + trace + ": writing failed"));
+  EXPECT_THAT(both.output,
+              HasSubstr("error: --report " + report + ": writing failed (File too large)"));
+  EXPECT_EQ(entries(dir), 0);
 }
 
 TEST(CliOutputs, DroppedTraceEventsAreNamedOnStderrAndInTheFile) {
