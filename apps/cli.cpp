@@ -29,12 +29,14 @@ int run_subcommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   return result.model_differences.empty() ? 0 : 4;
 }
 
-// The debugger writes no files: --report, --dump and --trace (and --load) belong to `run`.
+// The debugger reads and writes no files and prints no step table: the flags about them belong
+// to `run`, and are refused rather than ignored.
 void refuse_debug_outputs(const CLI::App& debug) {
-  for (const char* flag : {"--report", "--dump", "--trace", "--load", "--overwrite"}) {
+  for (const char* flag : {"--report", "--dump", "--trace", "--load", "--overwrite",
+                           "--trace-events", "--log-every"}) {
     if (debug.count(flag) > 0) {
-      throw ArgumentError(std::string("shardscope debug reads and writes no files: ") + flag +
-                          " is a flag of shardscope run");
+      throw ArgumentError(std::string(flag) + " is a flag of shardscope run: the debugger reads " +
+                          "and writes no files and prints no step table");
     }
   }
 }

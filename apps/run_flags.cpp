@@ -55,9 +55,6 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--dropout", c.dropout, "dropout probability of the three dropouts")
       ->capture_default_str();
   run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
-  run.add_option("--log-every", o.log_every,
-                 "print the step table's loss every N steps (and the last step); default: every "
-                 "step up to 50 steps, else every ceil(steps/20) steps (about 20 lines)");
   run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
       ->capture_default_str();
@@ -74,6 +71,9 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
                      "and never named by the run (lab 8, labs/08-find-the-bug/)")
       ->capture_default_str();
   if (!outputs) return;
+  run.add_option("--log-every", o.log_every,
+                 "print the step table's loss every N steps (and the last step); default: every "
+                 "step up to 50 steps, else every ceil(steps/20) steps (about 20 lines)");
   run.add_option("--report", o.report_path, "write a JSON report to this file");
   run.add_option("--dump", o.dump_dir,
                  "write every tensor of step 0 (full and per-rank .npy, manifest.json) into this "

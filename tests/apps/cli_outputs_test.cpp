@@ -75,6 +75,9 @@ TEST(CliOutputs, ABadOutputPathIsRefusedBeforeTheRunWithOneLine) {
   const Result debug = run_cli("debug --trace " + (dir / "t.json").string() + " </dev/null");
   EXPECT_EQ(debug.exit_code, 2) << debug.output;
   EXPECT_THAT(debug.output, HasSubstr("--trace is a flag of shardscope run"));
+  const Result log = run_cli("debug --log-every 5 </dev/null");
+  EXPECT_EQ(log.exit_code, 2) << log.output;
+  EXPECT_THAT(log.output, HasSubstr("--log-every is a flag of shardscope run"));
 }
 
 TEST(CliOutputs, ADumpIsReplacedOnlyWithOverwrite) {
