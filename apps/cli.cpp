@@ -12,14 +12,33 @@
 namespace shardscope {
 namespace {
 
-int run_subcommand(const RunOptions& o, std::ostream& out) {
-  const RunResult result = run_layer(o, out);
+int run_subcommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
+  RunResult result = run_layer(o, out);
   if (result.printed && !o.report_path.empty()) {
-    write_report(o.report_path, report_json(o, result));
-    out << "report written to " << o.report_path << "\n";
+    try {
+      write_report(o.report_path, report_json(o, result));
+      out << "report written to " << o.report_path << "\n";
+    } catch (const Error& e) {
+      result.file_errors.push_back("--report " + std::string(e.what()));
+    }
   }
+  for (const std::string& w : result.warnings) err << "shardscope: warning: " << w << "\n";
+  for (const std::string& e : result.file_errors) err << "shardscope: error: " << e << "\n";
+  if (!result.file_errors.empty()) return 1;
   if (result.rank0.check.ran && !result.rank0.check.passed) return 3;
   return result.model_differences.empty() ? 0 : 4;
+}
+
+// The debugger reads and writes no files and prints no step table: the flags about them belong
+// to `run`, and are refused rather than ignored.
+void refuse_debug_outputs(const CLI::App& debug) {
+  for (const char* flag : {"--report", "--dump", "--trace", "--load", "--overwrite",
+                           "--trace-events", "--log-every"}) {
+    if (debug.count(flag) > 0) {
+      throw ArgumentError(std::string(flag) + " is a flag of shardscope run: the debugger reads " +
+                          "and writes no files and prints no step table");
+    }
+  }
 }
 
 }  // namespace
@@ -62,6 +81,7 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
     if (run->parsed() || debug->parsed()) {
       command.name = run->parsed() ? Command::Name::run : Command::Name::debug;
       command.run = flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);
+      if (debug->parsed()) refuse_debug_outputs(*debug);
     } else if (mlp_ln->parsed()) {
       command.name = Command::Name::mlp_ln;
       command.mlp_ln = parse_mlp_ln_flags(mlp_ln_options);
@@ -89,7 +109,7 @@ int run_command(const Command& command, std::ostream& out, std::ostream& err) {
   }
   try {  // the run itself: exit 1 (2 for a launch the flags made impossible, such as the
          // wrong number of MPI processes; rank failures arrive as SpmdError)
-    if (command.name == Command::Name::run) return run_subcommand(command.run, out);
+    if (command.name == Command::Name::run) return run_subcommand(command.run, out, err);
     return debug_main(command.run, std::cin, out);
   } catch (const ArgumentError& e) {
     err << "shardscope: " << e.what() << "\n";

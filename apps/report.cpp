@@ -1,9 +1,8 @@
 // The JSON report of `shardscope run`.
 #include "apps/report.h"
 
-#include <fstream>
-
 #include "autograd/errors.h"
+#include "io/atomic_file.h"
 #include "parallel/comm_log.h"
 
 namespace shardscope {
@@ -128,10 +127,8 @@ nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
 }
 
 void write_report(const std::string& path, const nlohmann::json& report) {
-  std::ofstream file(path);
-  if (!file) throw Error("--report " + path + ": cannot open the file for writing");
-  file << report.dump(2) << "\n";
-  if (!file) throw Error("--report " + path + ": writing failed");
+  const std::string text = report.dump(2) + "\n";
+  write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 }  // namespace shardscope

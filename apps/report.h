@@ -14,7 +14,8 @@ namespace shardscope {
 //  "time_ms"}], "memory": {"per_rank": [{"rank", "saved_activation_bytes", "formula_bytes",
 //  "extras_bytes", "peak_bytes", "formula", "terms": [...]}]}}
 nlohmann::json report_json(const RunOptions& options, const RunResult& result);
-// Writes the report; throws Error naming the path when it cannot be written.
+// Writes the report atomically; throws FileWriteError naming the path and the system's reason
+// when it cannot be written (no file, and no temporary, is left then).
 void write_report(const std::string& path, const nlohmann::json& report);
 
 }  // namespace shardscope

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "apps/output_paths.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
@@ -45,9 +46,13 @@ void print_header(const RunOptions& o, std::ostream& out) {
       << check_scope(o) << "\n";
 }
 
-void print_steps(const std::vector<StepRecord>& steps, std::ostream& out) {
-  out << "step        loss     time_ms\n";
+void print_steps(const std::vector<StepRecord>& steps, int every, std::ostream& out) {
+  out << "step        loss     time_ms"
+      << (every > 1 ? "   (every " + std::to_string(every) + " steps, and the last; --log-every)"
+                    : "")
+      << "\n";
   for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i % static_cast<std::size_t>(every) != 0 && i + 1 != steps.size()) continue;
     char line[96];
     std::snprintf(line, sizeof line, "%4zu %11.6f %11.3f\n", i, steps[i].loss, steps[i].time_ms);
     out << line;
@@ -65,7 +70,24 @@ void print_indented(const std::string& text, std::ostream& out) {
   }
 }
 
+// A line per problem of the trace after the run: events it dropped.
+void note_dropped_events(const TraceRecorder& recorder, const RunOptions& o, RunResult& result) {
+  const TraceMeta meta = recorder.meta();
+  if (meta.dropped_events == 0) return;
+  result.warnings.push_back(
+      "--trace " + o.trace_path + ": the trace keeps its first " + std::to_string(meta.max_events) +
+      " events and dropped " + std::to_string(meta.dropped_events) + " later ones, from step " +
+      std::to_string(meta.first_dropped_step) +
+      " on (the file says so in otherData.dropped_events; --trace-events raises the bound, "
+      "fewer --steps shorten the run)");
+}
+
 }  // namespace
+
+int log_interval(int log_every, int steps) {
+  if (log_every > 0) return log_every;
+  return steps <= 50 ? 1 : (steps + 19) / 20;
+}
 
 DeviceKind parse_backend(const std::string& name) {
   if (name == "cpu") return DeviceKind::cpu;
@@ -117,6 +139,13 @@ void RunOptions::validate() const {
     throw ArgumentError("--keep-gathered-input applies to --mode tp-sp only");
   }
   if (timeout_ms < 1) throw ArgumentError("--timeout-ms must be >= 1");
+  if (log_every < 0) {
+    throw ArgumentError("--log-every must be >= 1, given " + std::to_string(log_every));
+  }
+  if (trace_events < 1) throw ArgumentError("--trace-events must be >= 1");
+  check_output_file("--report", report_path);
+  check_output_file("--trace", trace_path);
+  check_dump_folder("--dump", dump_dir, overwrite);
   if (fault) check_fault_plan(*fault, spec.layer.degree, check_calls);
   // MpiComm moves host memory, NcclComm device memory; ThreadComm stages device buffers.
   if (backend == DeviceKind::cuda && comm == CommKind::mpi) {
@@ -163,6 +192,7 @@ std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
   if (o.trace_path.empty()) return nullptr;
   const LayerConfig& c = o.spec.layer;
   TraceOptions t;
+  t.max_events = o.trace_events;
   t.config = layer_config_json(c);  // what the visualizer needs to replay it
   t.config["steps"] = o.spec.steps;
   t.config["comm"] = comm_kind_name(o.comm);
@@ -170,15 +200,31 @@ std::unique_ptr<TraceRecorder> make_recorder(const RunOptions& o) {
   return std::make_unique<TraceRecorder>(std::move(t));
 }
 
-// MPI: every process writes its rank's trace next to FILE; rank 0 merges them into FILE (the
-// ranks need a shared filesystem for that, as for --dump and --report).
-void write_mpi_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv& env) {
+// MPI: every process writes its rank's trace next to FILE, and rank 0 merges them into FILE once
+// it has printed the tables (write_trace; the ranks need a shared filesystem for that, as for
+// --dump and --report).
+void write_rank_trace(const TraceRecorder& recorder, const RunOptions& o, RankEnv& env) {
   recorder.write_chrome_trace(rank_trace_path(o.trace_path, env.rank));
   env.group.barrier();
-  if (env.rank != 0) return;
-  std::vector<std::string> files;
-  for (int r = 0; r < env.world; ++r) files.push_back(rank_trace_path(o.trace_path, r));
-  merge_trace_files(files, o.trace_path);
+}
+
+// After the tables (they are printed whatever happens to the file): FILE, from the recorder or
+// merged from the ranks' files; a failure is one line of result.file_errors.
+void write_trace(const TraceRecorder& recorder, const RunOptions& o, RunResult& result) {
+  try {
+    if (ranks_are_processes(o.comm)) {
+      std::vector<std::string> files;
+      for (int r = 0; r < o.spec.layer.degree; ++r) {
+        files.push_back(rank_trace_path(o.trace_path, r));
+      }
+      merge_trace_files(files, o.trace_path);
+    } else {
+      recorder.write_chrome_trace(o.trace_path);
+    }
+  } catch (const Error& e) {
+    result.file_errors.push_back("--trace " + std::string(e.what()));
+  }
+  note_dropped_events(recorder, o, result);
 }
 
 RunResult run_layer(const RunOptions& options, std::ostream& out) {
@@ -224,7 +270,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
       if (recorder) attach.emplace(env.ctx, *recorder);
       run = run_layer_rank(env, spec);
     }
-    if (recorder && ranks_are_processes(options.comm)) write_mpi_trace(*recorder, options, env);
+    if (recorder && ranks_are_processes(options.comm)) write_rank_trace(*recorder, options, env);
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     result.memory = run.group_memory;
@@ -232,13 +278,16 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     result.rank0 = std::move(run);
     have_rank0 = true;
   });
-  if (recorder && !ranks_are_processes(options.comm)) {
-    recorder->write_chrome_trace(options.trace_path);
-  }
   result.printed = have_rank0;
   if (!have_rank0) return result;  // an MPI rank other than 0
+  print_tables(options, result, out);
+  if (recorder) write_trace(*recorder, options, result);
+  return result;
+}
+
+void print_tables(const RunOptions& options, RunResult& result, std::ostream& out) {
   print_header(options, out);
-  print_steps(result.rank0.steps, out);
+  print_steps(result.rank0.steps, log_interval(options.log_every, options.spec.steps), out);
   if (result.rank0.check.ran) print_check_table(result.rank0.check, out);
   const bool parallel = options.spec.layer.mode != ParallelMode::single;
   const std::vector<CommLine> model =
@@ -261,7 +310,6 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
     out << "MEASURED DIFFERS FROM THE MODEL:\n";
     for (const std::string& d : result.model_differences) out << "  " << d << "\n";
   }
-  return result;
 }
 
 }  // namespace shardscope

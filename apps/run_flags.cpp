@@ -71,12 +71,21 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
                      "and never named by the run (lab 8, labs/08-find-the-bug/)")
       ->capture_default_str();
   if (!outputs) return;
+  run.add_option("--log-every", o.log_every,
+                 "print the step table's loss every N steps (and the last step); default: every "
+                 "step up to 50 steps, else every ceil(steps/20) steps (about 20 lines)");
   run.add_option("--report", o.report_path, "write a JSON report to this file");
   run.add_option("--dump", o.dump_dir,
-                 "write every tensor of step 0 (full and per-rank .npy, manifest.json) here");
+                 "write every tensor of step 0 (full and per-rank .npy, manifest.json) into this "
+                 "new or empty folder (whole or not at all)");
+  run.add_flag("--overwrite", o.overwrite, "let --dump replace a dump already in its folder");
   run.add_option("--load", o.load_dir, "start from this dump's weights, input and target");
   run.add_option("--trace", o.trace_path,
                  "write a Chrome trace (Perfetto, chrome://tracing) of the run to this file");
+  run.add_option("--trace-events", o.trace_events,
+                 "the most events --trace keeps (about 300 bytes each in memory); later ones are "
+                 "dropped, counted in the file and named on stderr")
+      ->capture_default_str();
 }
 
 DType parse_dtype(const std::string& name) {
@@ -110,7 +119,8 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--dropout",      "--steps",         "--lr",
                                        "--seed",         "--dtype",         "--report",
                                        "--dump",         "--load",          "--check-finite",
-                                       "--random-norms", "--check-steps",   "--plant-bug"};
+                                       "--random-norms", "--check-steps",   "--plant-bug",
+                                       "--log-every",    "--overwrite",     "--trace-events"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }

@@ -26,8 +26,8 @@ struct RunFlags {
   std::optional<std::string> inject_fault;  // the text of --inject-fault, when given
   std::optional<int> check_steps;           // --check-steps, when given
 
-  // Adds --mode, --degree, --seq, ... to `app`; with `outputs`, also --report, --dump, --load
-  // and --trace (the files a run writes or reads).
+  // Adds --mode, --degree, --seq, ... to `app`; with `outputs`, also --report, --dump, --load,
+  // --trace and the flags about them (the files a run writes or reads, and --log-every).
   void add_to(CLI::App& app, bool outputs = true);
   // The options the flags give. Throws ArgumentError naming the flag and the rule; `timeout_set`
   // says whether --timeout-ms was given (it applies to threads only).

@@ -5,11 +5,20 @@
 #include <filesystem>
 
 #include "autograd/backend.h"
+#include "io/atomic_file.h"
 #include "io/npy.h"
 #include "parallel/collective_ops.h"
 
 namespace shardscope {
 namespace {
+
+namespace fs = std::filesystem;
+
+// "out/dump/" as "out/dump", so its parent is "out" and its name "dump".
+fs::path without_trailing_slash(const std::string& dir) {
+  fs::path p(dir);
+  return p.has_filename() || !p.has_parent_path() ? p : p.parent_path();
+}
 
 // Every rank's `local` on rank 0, in rank order (Partial parts cannot be sliced from a sum).
 std::vector<Tensor> gather_parts(ProcessGroup& g, const Tensor& local) {
@@ -53,17 +62,56 @@ DumpWriter::DumpWriter(std::string dir, ProcessGroup& group, Manifest header)
   manifest_.degree = group.size();
   manifest_.tensors.clear();
   if (group.rank() != 0) return;
+  const fs::path target = without_trailing_slash(dir_);
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec || !std::filesystem::is_directory(dir_)) {
+  if (!target.parent_path().empty()) fs::create_directories(target.parent_path(), ec);
+  staging_ = temporary_name_beside(target.string());
+  if (!ec) fs::create_directory(staging_, ec);
+  if (ec) {
+    staging_.clear();
     throw ManifestError(dir_ + ": cannot create the dump folder (" + ec.message() + ")");
   }
 }
 
+DumpWriter::~DumpWriter() {
+  std::error_code ec;  // an unfinished dump leaves nothing behind
+  if (!staging_.empty()) fs::remove_all(staging_, ec);
+}
+
 void DumpWriter::write(const std::string& name, int rank, const Tensor& t, Placement placement) {
   const std::string file = dump_file_name(name, rank);
-  write_npy((std::filesystem::path(dir_) / file).string(), t);
+  try {
+    write_npy((fs::path(staging_) / file).string(), t);
+  } catch (const NpyError& e) {
+    throw NpyError(naming_the_dump(e.what()));
+  }
   manifest_.tensors.push_back({name, file, t.shape(), t.dtype(), rank, placement});
+}
+
+std::string DumpWriter::naming_the_dump(std::string message) const {
+  for (std::size_t at = message.find(staging_); at != std::string::npos;
+       at = message.find(staging_, at + dir_.size())) {
+    message.replace(at, staging_.size(), dir_);
+  }
+  return message;
+}
+
+// The staging folder becomes `dir`; a dump already there is replaced (moved aside, then removed).
+void DumpWriter::install() {
+  const fs::path target = without_trailing_slash(dir_);
+  std::error_code ec;
+  fs::rename(staging_, target, ec);  // replaces an empty folder
+  if (ec && fs::is_directory(target)) {
+    const std::string old = temporary_name_beside(target.string());
+    ec.clear();
+    fs::rename(target, old, ec);
+    if (!ec) fs::rename(staging_, target, ec);
+    std::error_code ignored;
+    if (!ec) fs::remove_all(old, ignored);
+  }
+  if (ec)
+    throw ManifestError(dir_ + ": cannot move the finished dump into place (" + ec.message() + ")");
+  staging_.clear();
 }
 
 void DumpWriter::add(const std::string& name, const Tensor& local, Placement placement) {
@@ -96,7 +144,13 @@ void DumpWriter::add(const std::string& name, const Tensor& local, Placement pla
 }
 
 const Manifest& DumpWriter::finish() {
-  if (group_.rank() == 0) write_manifest(dir_, manifest_);
+  if (group_.rank() != 0) return manifest_;
+  try {
+    write_manifest(staging_, manifest_);
+  } catch (const ManifestError& e) {
+    throw ManifestError(naming_the_dump(e.what()));
+  }
+  install();
   return manifest_;
 }
 

@@ -22,10 +22,19 @@ Manifest manifest_header(const LayerConfig& config);
 // order: add() runs collectives (CommPurpose::check, scope "dump") to bring every rank's part to
 // rank 0, and rank 0 writes every file, so the folder is complete on rank 0's machine whether the
 // ranks are threads or MPI processes. finish() writes manifest.json on rank 0.
+//
+// The dump appears whole or not at all: rank 0 writes into a hidden staging folder beside `dir`
+// (temporary_name_beside), and finish() renames it to `dir`, replacing what `dir` held (an empty
+// folder, or an earlier dump: the command line refuses that unless asked, apps/output_paths.h).
+// A writer destroyed before finish() (an error part-way) removes its staging folder. Errors name
+// `dir`, never the staging folder.
 class DumpWriter {
  public:
-  // Rank 0 creates `dir` (and its parents) if needed.
+  // Rank 0 creates the parents of `dir` if needed, and the staging folder.
   DumpWriter(std::string dir, ProcessGroup& group, Manifest header);
+  ~DumpWriter();
+  DumpWriter(const DumpWriter&) = delete;
+  DumpWriter& operator=(const DumpWriter&) = delete;
 
   // `local` is this rank's part of the tensor under `placement`: the whole tensor (Replicate),
   // the rank's slice along dim d (Shard(d)), or a summand of it (Partial). Files: "<name>.npy"
@@ -41,8 +50,11 @@ class DumpWriter {
 
  private:
   void write(const std::string& name, int rank, const Tensor& t, Placement placement);
+  std::string naming_the_dump(std::string message) const;  // the staging folder's name -> dir_
+  void install();
 
   std::string dir_;
+  std::string staging_;  // rank 0, until finish(): where the files are written
   ProcessGroup& group_;
   Manifest manifest_;
   std::vector<std::string> names_;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "io/atomic_file.h"
 #include "io/npy.h"
 
 namespace shardscope {
@@ -287,10 +288,12 @@ Manifest manifest_from_json(const json& j, const std::string& what) {
 
 void write_manifest(const std::string& dir, const Manifest& m) {
   const std::string path = (std::filesystem::path(dir) / kManifestFile).string();
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) throw ManifestError(path + ": cannot open the manifest for writing");
-  out << manifest_json(m).dump(2) << "\n";
-  if (!out.flush()) throw ManifestError(path + ": write failed");
+  const std::string text = manifest_json(m).dump(2) + "\n";
+  try {
+    write_file_atomically(path, [&](std::ostream& out) { out << text; });
+  } catch (const FileWriteError& e) {
+    throw ManifestError(path + ": " + e.failure());
+  }
 }
 
 json parse_manifest_text(const std::string& text, const std::string& what) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "autograd/backend.h"
+#include "io/atomic_file.h"
 
 namespace shardscope {
 namespace {
@@ -309,10 +310,13 @@ Tensor decode_npy(const std::string& bytes, Context& ctx, const std::string& wha
 
 void write_npy(const std::string& path, const Tensor& tensor) {
   const std::string bytes = encode_npy(tensor);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, "cannot open the file for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out.flush()) fail(path, "write failed");
+  try {
+    write_file_atomically(path, [&](std::ostream& out) {
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    });
+  } catch (const FileWriteError& e) {
+    fail(path, e.failure());
+  }
 }
 
 NpyHeader read_npy_header(const std::string& path) {

@@ -79,6 +79,8 @@ struct TraceMeta {
   std::vector<int> ranks;                            // one Chrome process each, ascending
   std::uint64_t max_events = 0;                      // the recorder's bound on kept events
   std::uint64_t dropped_events = 0;                  // events not kept once the bound was reached
+  std::int64_t first_dropped_step =
+      -1;  // the step of the first of them (written when some were); -1: none
   double clock_origin_unix_us = 0;  // wall clock (us since 1970) at ts 0, to align MPI ranks' files
 };
 

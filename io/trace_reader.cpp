@@ -185,6 +185,11 @@ TraceFile merge_traces(const std::vector<TraceFile>& traces) {
     }
     merged.meta.max_events += t.meta.max_events;
     merged.meta.dropped_events += t.meta.dropped_events;
+    if (t.meta.first_dropped_step >= 0 &&
+        (merged.meta.first_dropped_step < 0 ||
+         t.meta.first_dropped_step < merged.meta.first_dropped_step)) {
+      merged.meta.first_dropped_step = t.meta.first_dropped_step;
+    }
     const double shift = t.meta.clock_origin_unix_us - origin;
     for (TraceEvent e : t.events) {
       e.ts_us += shift;

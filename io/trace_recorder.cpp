@@ -54,10 +54,11 @@ constexpr std::size_t kFirstEvents = std::size_t{1} << 16;
 
 // A new event at the end of `events`, built in place (a TraceEvent is some 300 bytes of strings
 // and vectors: constructing it elsewhere and moving it in cost as much again); null, and one
-// more dropped, once `most` are kept.
-TraceEvent* add_event(std::vector<TraceEvent>& events, std::size_t most, std::size_t& dropped) {
+// more dropped (the first one's `step` kept in `first_dropped_step`), once `most` are kept.
+TraceEvent* add_event(std::vector<TraceEvent>& events, std::size_t most, std::size_t& dropped,
+                      std::int64_t step, std::int64_t& first_dropped_step) {
   if (events.size() >= most) {
-    ++dropped;
+    if (dropped++ == 0) first_dropped_step = step;
     return nullptr;
   }
   if (events.size() == events.capacity()) {
@@ -117,7 +118,8 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
 }
 
 void TraceRecorder::keep(TraceEvent event) {
-  if (TraceEvent* slot = add_event(events_, max_events_, dropped_)) *slot = std::move(event);
+  TraceEvent* slot = add_event(events_, max_events_, dropped_, event.step, first_dropped_step_);
+  if (slot) *slot = std::move(event);
 }
 
 // After the ledger saw a change: a counter event when the rank's live bytes changed.
@@ -128,7 +130,7 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
   }
   if (live == state.memory) return;
   state.memory = live;
-  TraceEvent* counter = add_event(events_, max_events_, dropped_);
+  TraceEvent* counter = add_event(events_, max_events_, dropped_, site.step, first_dropped_step_);
   if (!counter) return;
   counter->kind = TraceEventKind::memory;
   counter->rank = site.rank;
@@ -163,7 +165,8 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   });
   if (it == state.open.rend()) return;  // begun before the recorder was attached
   OpenSlice& slice = *it;
-  if (TraceEvent* event = add_event(events_, max_events_, dropped_)) {
+  if (TraceEvent* event =
+          add_event(events_, max_events_, dropped_, e.site.step, first_dropped_step_)) {
     event->kind = TraceEventKind::op;
     event->rank = e.site.rank;
     event->step = e.site.step;
@@ -359,6 +362,7 @@ TraceMeta TraceRecorder::meta_locked() const {
   for (const auto& [rank, state] : ranks_) meta.ranks.push_back(rank);
   meta.max_events = max_events_;
   meta.dropped_events = dropped_;
+  meta.first_dropped_step = first_dropped_step_;
   meta.clock_origin_unix_us = clock_origin_unix_us_;
   return meta;
 }

@@ -95,6 +95,7 @@ class TraceRecorder final : public Observer {
   nlohmann::json config_;
   std::vector<TraceEvent> events_;
   std::size_t dropped_ = 0;
+  std::int64_t first_dropped_step_ = -1;  // the step of the first dropped event; -1 while none is
   std::map<int, std::unique_ptr<RankState>> ranks_;
 };
 

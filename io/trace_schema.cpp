@@ -284,6 +284,9 @@ TraceMeta parse_meta(const json& other, const std::string& source) {
   }
   meta.max_events = f.count(other, "otherData", "max_events");
   meta.dropped_events = f.count(other, "otherData", "dropped_events");
+  if (other.contains("first_dropped_step")) {
+    meta.first_dropped_step = f.integer(other, "otherData", "first_dropped_step", 0);
+  }
   meta.clock_origin_unix_us = f.number(other, "otherData", "clock_origin_unix_us");
   return meta;
 }

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "autograd/errors.h"
+#include "io/atomic_file.h"
 
 namespace shardscope {
 namespace {
@@ -140,13 +141,15 @@ json trace_event_to_json(const TraceEvent& e) {
 }
 
 json trace_meta_to_json(const TraceMeta& meta) {
-  return {{"format", kTraceFormatName},
-          {"version", meta.version},
-          {"config", meta.config},
-          {"ranks", meta.ranks},
-          {"max_events", meta.max_events},
-          {"dropped_events", meta.dropped_events},
-          {"clock_origin_unix_us", meta.clock_origin_unix_us}};
+  json j = {{"format", kTraceFormatName},
+            {"version", meta.version},
+            {"config", meta.config},
+            {"ranks", meta.ranks},
+            {"max_events", meta.max_events},
+            {"dropped_events", meta.dropped_events},
+            {"clock_origin_unix_us", meta.clock_origin_unix_us}};
+  if (meta.dropped_events > 0) j["first_dropped_step"] = meta.first_dropped_step;
+  return j;
 }
 
 json trace_to_json(const std::vector<TraceEvent>& events, const TraceMeta& meta) {
@@ -175,19 +178,7 @@ void write_trace(std::ostream& out, const std::vector<TraceEvent>& events, const
 
 void write_trace_file(const std::string& path, const std::vector<TraceEvent>& events,
                       const TraceMeta& meta) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw Error("cannot write trace file '" + temporary + "': " + std::strerror(errno));
-    }
-    write_trace(out, events, meta);
-    out.close();
-    if (!out) throw Error("writing trace file '" + temporary + "' failed (disk full?)");
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    throw Error("cannot rename '" + temporary + "' to '" + path + "': " + std::strerror(errno));
-  }
+  write_file_atomically(path, [&](std::ostream& out) { write_trace(out, events, meta); });
 }
 
 }  // namespace shardscope

@@ -21,8 +21,9 @@ nlohmann::json trace_meta_to_json(const TraceMeta& meta);
 nlohmann::json trace_to_json(const std::vector<TraceEvent>& events, const TraceMeta& meta);
 // The same JSON, streamed.
 void write_trace(std::ostream& out, const std::vector<TraceEvent>& events, const TraceMeta& meta);
-// The same JSON into `path`, written to "path.tmp" first and renamed, so a reader never sees a
-// half-written file under `path`. Throws Error naming the path when it cannot be written.
+// The same JSON into `path`, written to a temporary beside it and renamed (write_file_atomically),
+// so a reader never sees a half-written file under `path`. Throws FileWriteError naming `path`
+// and the system's reason when it cannot be written; no temporary is left behind.
 void write_trace_file(const std::string& path, const std::vector<TraceEvent>& events,
                       const TraceMeta& meta);
 

@@ -207,11 +207,12 @@ TEST(Cli, TheDebuggerReadsItsScriptFromStdin) {
   std::filesystem::remove(script);
 }
 
-TEST(Cli, AnUnwritableReportIsAnError) {
+TEST(Cli, AReportInAMissingFolderIsRefusedBeforeTheRun) {
   const Result r =
       run_cli("run --seq 4 --hidden 8 --heads 2 --steps 1 --report /nonexistent/x.json");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.output, HasSubstr("/nonexistent/x.json"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--report /nonexistent/x.json: the folder /nonexistent does "
+                                  "not exist"));
 }
 
 TEST(Cli, MlpLnPrintsBothVerdictsAndRejectsAnFfnNotDivisibleByTheDegree) {

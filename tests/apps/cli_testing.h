@@ -14,8 +14,9 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-inline Result run_cli(const std::string& args) {
-  const std::string command = std::string(SHARDSCOPE_EXE) + " " + args + " 2>&1";
+// Runs a shell command line (sh), its stderr joined to its stdout.
+inline Result run_shell(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -24,6 +25,10 @@ inline Result run_cli(const std::string& args) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline Result run_cli(const std::string& args) {
+  return run_shell(std::string(SHARDSCOPE_EXE) + " " + args);
 }
 
 inline int count_lines(const std::string& s) {

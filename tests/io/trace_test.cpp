@@ -217,6 +217,34 @@ TEST(Trace, KeepsAtMostMaxEventsAndCountsTheRest) {
   std::remove(path.c_str());
 }
 
+// One rank records the same events in the same order every run, so the event at index N of an
+// unbounded recording is the first one a recorder bounded at N drops.
+TEST(Trace, NamesTheStepOfTheFirstDroppedEvent) {
+  LayerRunSpec spec = trace_testing::tp_spec(3);
+  spec.layer.mode = ParallelMode::single;
+  spec.layer.degree = 1;
+  TraceRecorder whole;
+  trace_testing::record_run(spec, whole);
+  const std::vector<TraceEvent> all = whole.events();
+  ASSERT_EQ(whole.dropped_events(), 0u);
+  EXPECT_EQ(whole.meta().first_dropped_step, -1);
+  EXPECT_FALSE(trace_meta_to_json(whole.meta()).contains("first_dropped_step"));
+  for (const std::size_t bound : {all.size() / 6, all.size() / 2, all.size() * 5 / 6}) {
+    TraceOptions options;
+    options.max_events = bound;
+    TraceRecorder bounded(options);
+    trace_testing::record_run(spec, bounded);
+    ASSERT_EQ(bounded.dropped_events(), all.size() - bound);
+    EXPECT_EQ(bounded.meta().first_dropped_step, all[bound].step) << "bound " << bound;
+    const std::string path = trace_testing::temp_path("first_dropped.json");
+    bounded.write_chrome_trace(path);
+    EXPECT_EQ(read_trace(path).meta.first_dropped_step, all[bound].step);
+    std::remove(path.c_str());
+  }
+  EXPECT_EQ(all[all.size() / 6].step, 0);  // the bounds fall in each of the three steps
+  EXPECT_EQ(all[all.size() * 5 / 6].step, 2);
+}
+
 TEST(Trace, RankPathsAndMergeForMpiRuns) {
   EXPECT_EQ(rank_trace_path("out/trace.json", 3), "out/trace.rank3.json");
   EXPECT_EQ(rank_trace_path("trace", 0), "trace.rank0.json");
