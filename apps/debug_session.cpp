@@ -67,9 +67,9 @@ class Session {
 
   LiveSession live_;
   std::ostream& out_;
-  bool echo_;                                // echo each command (a script's, not a terminal's)
-  bool ended_ = false;                       // the run's end was reported
-  std::optional<std::set<OpSite>> sites_;    // the layer's ops, listed by the first break
+  bool echo_;                              // echo each command (a script's, not a terminal's)
+  bool ended_ = false;                     // the run's end was reported
+  std::optional<std::set<OpSite>> sites_;  // the layer's ops, listed by the first break
 };
 
 void Session::start() {

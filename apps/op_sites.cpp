@@ -106,8 +106,8 @@ std::string unmatched_breakpoint(const Breakpoint& breakpoint, const std::set<Op
     return "no op of this run is in layer " + std::to_string(*breakpoint.layer) +
            "; its ops are in layer " + joined(names);
   }
-  return "no op '" + breakpoint.op + "' runs in this layer; nearest: " +
-         joined(nearest_names(breakpoint.op, sites, 5));
+  return "no op '" + breakpoint.op +
+         "' runs in this layer; nearest: " + joined(nearest_names(breakpoint.op, sites, 5));
 }
 
 }  // namespace shardscope

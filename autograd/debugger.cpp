@@ -364,9 +364,10 @@ void Debugger::on_op_end(const OpEvent& event) {
   last_outputs_.clear();
   last_outputs_op_index_ = watched_op_index_;
   if (!event.output_tensors) return;  // the op threw
-  const std::string of = " of " + (event.site.scope.empty() ? std::string(event.site.op)
-                                                            : std::string(event.site.scope) + "/" +
-                                                                  std::string(event.site.op)) +
+  const std::string of = " of " +
+                         (event.site.scope.empty()
+                              ? std::string(event.site.op)
+                              : std::string(event.site.scope) + "/" + std::string(event.site.op)) +
                          " " + phase_name(event.site.phase) + ", the op run just before";
   for (std::size_t i = 0; i < event.output_tensors->size(); ++i) {
     const Tensor& t = (*event.output_tensors)[i];
@@ -393,7 +394,8 @@ std::vector<TensorSnapshot> Debugger::op_tensors() const {
     }
   }
   // The outputs of the op just before this one, when it was the op a stop released.
-  if (last_outputs_op_index_ + 1 == current_->op_index) out.insert(out.end(), last_outputs_.begin(), last_outputs_.end());
+  if (last_outputs_op_index_ + 1 == current_->op_index)
+    out.insert(out.end(), last_outputs_.begin(), last_outputs_.end());
   return out;
 }
 
