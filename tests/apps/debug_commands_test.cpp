@@ -52,7 +52,7 @@ TEST(DebugBreakpoints, OnAnOpScopeOrLayerThatDoesNotRunAreRefusedWithTheNearestN
   EXPECT_THAT(out, HasSubstr("breakpoint 'attn.qkv/matmull' refused: no op 'attn.qkv/matmull' "
                              "runs in this layer; nearest: attn.qkv/matmul,"));
   EXPECT_THAT(out, HasSubstr("breakpoint 'any op layer 5' refused: no op of this run is in layer "
-                             "5; its ops are in layer -1 (outside any layer), 0"));
+                             "5; its ops are in layer -1 (outside any layer), 0\n"));
   EXPECT_THAT(out, HasSubstr("breakpoint 'mlp.fc9/' refused: no op 'mlp.fc9/' runs in this "
                              "layer; nearest: mlp.fc1/"));
   // The refused ones take no number: the real one is breakpoint 1, and it is the only one.

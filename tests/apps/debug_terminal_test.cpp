@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -45,7 +46,16 @@ bool read_until(int fd, std::string& seen, const std::string& what, std::size_t 
   return true;
 }
 
+// Types `keys`. libedit prints its prompt before it turns the terminal's own echo off; keys typed
+// in between would be shown twice (by the terminal, then by libedit), so with libedit wait until
+// the echo is off first (a person does not type within that millisecond).
 void type(int fd, const std::string& keys) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  termios mode{};
+  while (line_editing_available() && tcgetattr(fd, &mode) == 0 && (mode.c_lflag & ECHO) != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    usleep(1000);
+  }
   ASSERT_EQ(write(fd, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
 }
 
