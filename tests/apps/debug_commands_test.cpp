@@ -163,6 +163,7 @@ TEST(DebugCommandParse, StepDeleteInfoAndHelp) {
   EXPECT_EQ(parse_debug_command("i b").kind, Kind::info_breaks);
   EXPECT_TRUE(parse_debug_command("info breakpoints").error.empty());
   EXPECT_THAT(parse_debug_command("info registers").error, HasSubstr("expected info breakpoints"));
+  EXPECT_THAT(parse_debug_command("info breakpoints 2").error, HasSubstr("given 'info breakpoints 2'"));
   EXPECT_EQ(parse_debug_command("help").kind, Kind::help);
   EXPECT_EQ(parse_debug_command("?").kind, Kind::help);
 }
