@@ -146,7 +146,7 @@ void Session::add_break(const DebugCommand& parsed) {
   if (!sites_->empty()) {
     const std::string why = unmatched_breakpoint(*parsed.breakpoint, *sites_);
     if (!why.empty()) {
-      out_ << "breakpoint '" << parsed.breakpoint->str() << "' refused: " << why << "\n";
+      out_ << "breakpoint refused: " << why << "\n";
       return;
     }
   }

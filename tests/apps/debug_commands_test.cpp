@@ -49,11 +49,11 @@ TEST(DebugBreakpoints, OnAnOpScopeOrLayerThatDoesNotRunAreRefusedWithTheNearestN
       session(small_run(),
               "break attn.qkv/matmull\nbreak layer 5\nbreak mlp.fc9/\nbreak gelu\n"
               "info breakpoints\ncontinue\nquit\n");
-  EXPECT_THAT(out, HasSubstr("breakpoint 'attn.qkv/matmull' refused: no op 'attn.qkv/matmull' "
+  EXPECT_THAT(out, HasSubstr("breakpoint refused: no op 'attn.qkv/matmull' "
                              "runs in this layer; nearest: attn.qkv/matmul,"));
-  EXPECT_THAT(out, HasSubstr("breakpoint 'any op layer 5' refused: no op of this run is in layer "
+  EXPECT_THAT(out, HasSubstr("breakpoint refused: no op of this run is in layer "
                              "5; its ops are in layer -1 (outside any layer), 0\n"));
-  EXPECT_THAT(out, HasSubstr("breakpoint 'mlp.fc9/' refused: no op 'mlp.fc9/' runs in this "
+  EXPECT_THAT(out, HasSubstr("breakpoint refused: no op 'mlp.fc9/' runs in this "
                              "layer; nearest: mlp.fc1/"));
   // The refused ones take no number: the real one is breakpoint 1, and it is the only one.
   EXPECT_THAT(out, HasSubstr("breakpoint 1: gelu, on every rank"));
@@ -163,7 +163,8 @@ TEST(DebugCommandParse, StepDeleteInfoAndHelp) {
   EXPECT_EQ(parse_debug_command("i b").kind, Kind::info_breaks);
   EXPECT_TRUE(parse_debug_command("info breakpoints").error.empty());
   EXPECT_THAT(parse_debug_command("info registers").error, HasSubstr("expected info breakpoints"));
-  EXPECT_THAT(parse_debug_command("info breakpoints 2").error, HasSubstr("given 'info breakpoints 2'"));
+  EXPECT_THAT(parse_debug_command("info breakpoints 2").error,
+              HasSubstr("given 'info breakpoints 2'"));
   EXPECT_EQ(parse_debug_command("help").kind, Kind::help);
   EXPECT_EQ(parse_debug_command("?").kind, Kind::help);
 }
