@@ -15,7 +15,28 @@ struct LiveSession::RankSlot {
   const CommLog* comm = nullptr;
   std::map<std::string, ParallelTensor> tensors;
   std::optional<CheckResult> check;
+  std::map<std::string, FinalTensor> final_tensors;  // copied at detach
+  std::optional<RankRun> result;
 };
+
+namespace {
+
+// Host copies of the named tensors (and the parameters' gradients), so they outlive the run.
+std::map<std::string, FinalTensor> keep_final(const std::map<std::string, ParallelTensor>& named) {
+  std::map<std::string, FinalTensor> kept;
+  for (const auto& [name, t] : named) {
+    const std::string grad = name + ".grad";
+    for (const auto& [n, local] : {std::pair(name, t.local), std::pair(grad, t.local.grad())}) {
+      if (!local.defined()) continue;
+      FinalTensor f{snapshot_tensor(n, local), t.placement.str(), t.global.str()};
+      f.snapshot.what = n + " as the run ended";
+      kept[n] = std::move(f);
+    }
+  }
+  return kept;
+}
+
+}  // namespace
 
 class LiveSession::Inspector final : public RunInspector {
  public:
@@ -43,6 +64,7 @@ class LiveSession::Inspector final : public RunInspector {
   void detach(int rank) override {
     RankSlot& s = slot(rank);
     std::lock_guard<std::mutex> lock(s.mutex);
+    s.final_tensors = keep_final(s.tensors);
     s.tensors.clear();  // they belong to the rank's context, which is about to go
     s.ledger = nullptr;
     s.comm = nullptr;
@@ -114,7 +136,9 @@ void LiveSession::start() {
         ObserverGuard attach(env.ctx, slot.debugger);
         DebugRunGuard run(slot.debugger);
         try {
-          run_layer_rank(env, options_.spec, inspector_.get());
+          RankRun result = run_layer_rank(env, options_.spec, inspector_.get());
+          std::lock_guard<std::mutex> lock(slot.mutex);
+          slot.result = std::move(result);
         } catch (const DebugCancelled&) {
           throw;
         } catch (const std::exception& e) {
@@ -189,6 +213,32 @@ int LiveSession::add_breakpoint(const Breakpoint& breakpoint) {
 
 void LiveSession::clear_breakpoints() {
   for (auto& s : slots_) s->debugger.clear_breakpoints();
+}
+
+bool LiveSession::remove_breakpoint(int id) {
+  bool removed = false;
+  for (auto& s : slots_) removed = s->debugger.remove_breakpoint(id) || removed;
+  return removed;
+}
+
+std::vector<BreakpointEntry> LiveSession::breakpoints(int rank) const {
+  return slots_.at(static_cast<std::size_t>(rank))->debugger.breakpoints();
+}
+
+std::vector<TensorSnapshot> LiveSession::op_tensors(int rank) const {
+  return slots_.at(static_cast<std::size_t>(rank))->debugger.op_tensors();
+}
+
+std::map<std::string, FinalTensor> LiveSession::final_tensors(int rank) const {
+  const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.final_tensors;
+}
+
+std::optional<RankRun> LiveSession::result(int rank) const {
+  const RankSlot& s = *slots_.at(static_cast<std::size_t>(rank));
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.result;
 }
 
 LiveSession::RankState LiveSession::state(int rank) const {

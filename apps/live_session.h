@@ -23,6 +23,13 @@
 
 namespace shardscope {
 
+// A named tensor of a rank's run kept after the run ended (its values copied to the host).
+struct FinalTensor {
+  TensorSnapshot snapshot;
+  std::string placement;  // "Shard(1)"
+  std::string global;     // the global shape, "[16, 64]"
+};
+
 class LiveSession {
  public:
   enum class RankState : std::uint8_t { not_started, running, paused, in_collective, finished };
@@ -48,6 +55,8 @@ class LiveSession {
   // On every rank; returns the breakpoint's id. Throws ArgumentError for an invalid breakpoint.
   int add_breakpoint(const Breakpoint& breakpoint);
   void clear_breakpoints();
+  bool remove_breakpoint(int id);  // on every rank; false when no breakpoint has that id
+  std::vector<BreakpointEntry> breakpoints(int rank) const;  // with that rank's hit counts
 
   // Every rank paused or finished, or inside a collective that a paused rank holds up (one that
   // has not entered it yet, or is stopped at its entrance). Seeing it settled stops the active
@@ -68,6 +77,14 @@ class LiveSession {
   // belong to its context).
   void with_tensors(
       int rank, const std::function<void(const std::map<std::string, ParallelTensor>&)>& fn) const;
+  // The tensors of the op where the rank is paused (Debugger::op_tensors); empty otherwise.
+  std::vector<TensorSnapshot> op_tensors(int rank) const;
+  // The rank's named tensors as its run ended ("input", "output", parameters and their ".grad"),
+  // copied as the run let them go; empty before the end.
+  std::map<std::string, FinalTensor> final_tensors(int rank) const;
+  // What the rank's run returned (losses per step, the check), once it finished without error.
+  std::optional<RankRun> result(int rank) const;
+
   // Calls `fn` with rank's ledger and communication log (nullptr before the run attached them
   // and after it ended) under the rank's lock.
   void with_accounting(int rank,

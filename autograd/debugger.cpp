@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "autograd/errors.h"
+#include "autograd/tensor.h"
 
 namespace shardscope {
 namespace {
@@ -18,6 +19,16 @@ std::string shapes_str(const std::vector<Shape>& shapes) {
 }
 
 }  // namespace
+
+TensorSnapshot snapshot_tensor(const std::string& name, const Tensor& t) {
+  TensorSnapshot s;
+  s.name = name;
+  if (!t.defined()) return s;
+  s.describe = t.describe();
+  s.shape = t.shape();
+  s.values = t.to_vector();
+  return s;
+}
 
 // ---- Breakpoint ----
 
@@ -335,8 +346,57 @@ void Debugger::on_op_begin(const OpEvent& event) {
   int breakpoint_id = -1;
   const std::optional<StopReason> reason = stop_reason(event.site, breakpoint_id);
   if (!reason) return;
+  paused_inputs_ = event.input_tensors;
   pause_here(lock, make_stop(event, *reason, breakpoint_id));
+  paused_inputs_ = nullptr;
+  watch_outputs_ = std::make_pair(event.seq, event.site.phase);
+  watched_op_index_ = op_count_;
   throw_if_cancelled();
+}
+
+void Debugger::on_op_end(const OpEvent& event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!watch_outputs_ || watch_outputs_->first != event.seq ||
+      watch_outputs_->second != event.site.phase) {
+    return;
+  }
+  watch_outputs_.reset();
+  last_outputs_.clear();
+  last_outputs_op_index_ = watched_op_index_;
+  if (!event.output_tensors) return;  // the op threw
+  const std::string of = " of " +
+                         (event.site.scope.empty()
+                              ? std::string(event.site.op)
+                              : std::string(event.site.scope) + "/" + std::string(event.site.op)) +
+                         " " + phase_name(event.site.phase) + ", the op run just before";
+  for (std::size_t i = 0; i < event.output_tensors->size(); ++i) {
+    const Tensor& t = (*event.output_tensors)[i];
+    if (!t.defined()) continue;
+    last_outputs_.push_back(snapshot_tensor("output" + std::to_string(i), t));
+    last_outputs_.back().what =
+        (event.site.phase == Phase::forward ? "output " : "gradient flowing out ") +
+        std::to_string(i) + of;
+  }
+}
+
+std::vector<TensorSnapshot> Debugger::op_tensors() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TensorSnapshot> out;
+  if (!paused_ || !current_) return out;
+  const std::string of = " of " + current_->name() + " " + phase_name(current_->phase);
+  if (paused_inputs_) {
+    for (std::size_t i = 0; i < paused_inputs_->size(); ++i) {
+      const Tensor& t = (*paused_inputs_)[i];
+      if (!t.defined()) continue;
+      out.push_back(snapshot_tensor("input" + std::to_string(i), t));
+      out.back().what = (current_->phase == Phase::forward ? "input " : "gradient flowing in ") +
+                        std::to_string(i) + of;
+    }
+  }
+  // The outputs of the op just before this one, when it was the op a stop released.
+  if (last_outputs_op_index_ + 1 == current_->op_index)
+    out.insert(out.end(), last_outputs_.begin(), last_outputs_.end());
+  return out;
 }
 
 void Debugger::on_collective_begin(const CollectiveEvent& event) {

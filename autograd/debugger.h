@@ -89,6 +89,18 @@ struct Stop {
   std::string str() const;
 };
 
+// A tensor's values copied to the host, so it can be shown after the rank moved on or its context
+// went away: the op tensors of a stop, the final tensors of a run.
+struct TensorSnapshot {
+  std::string name;      // "input0", "output0", "attn.qkv.weight"
+  std::string what;      // "input 0 of attn.qkv/matmul forward"
+  std::string describe;  // Tensor::describe(): "input0 f32[2, 4]"
+  Shape shape;
+  std::vector<double> values;
+};
+// A snapshot of `t` under `name` (describe() and values; `what` is left to the caller).
+TensorSnapshot snapshot_tensor(const std::string& name, const Tensor& t);
+
 class Debugger : public Observer {
  public:
   enum class StartMode : std::uint8_t {
@@ -148,6 +160,12 @@ class Debugger : public Observer {
   // gather_matmul in attn.qkv"), nullopt outside collectives.
   std::optional<std::string> waiting_in() const;
 
+  // The tensors of the op the rank is paused at, copied: "input0", "input1", ... (a forward
+  // op's inputs; a backward node's gradients flowing in), and "output0", ... of the op the rank
+  // ran just before this stop when it was released from a stop there (step), so its outputs
+  // were seen. Empty while the rank runs.
+  std::vector<TensorSnapshot> op_tensors() const;
+
   // Rank side: the rank's run is over (or starting again); wakes controllers in wait_for_stop.
   void mark_finished();
   void mark_running();
@@ -156,6 +174,7 @@ class Debugger : public Observer {
   // Observer hooks, called on the rank thread; on_op_begin and on_collective_begin block while
   // the rank is paused.
   void on_op_begin(const OpEvent& event) override;
+  void on_op_end(const OpEvent& event) override;
   void on_collective_begin(const CollectiveEvent& event) override;
   void on_collective(const CollectiveEvent& event) override;
 
@@ -186,6 +205,12 @@ class Debugger : public Observer {
   int in_hook_ = 0;  // rank threads inside on_op_begin, so the destructor can wait for them
   std::optional<Stop> current_;
   std::optional<Stop> last_;
+  const std::vector<Tensor>* paused_inputs_ = nullptr;  // the paused op's, while paused_
+  // The op released from a stop, whose end event copies its outputs into last_outputs_.
+  std::optional<std::pair<std::uint64_t, Phase>> watch_outputs_;
+  std::uint64_t watched_op_index_ = 0;
+  std::vector<TensorSnapshot> last_outputs_;
+  std::uint64_t last_outputs_op_index_ = 0;  // op_index of the op last_outputs_ came from
   std::uint64_t op_count_ = 0;
   std::uint64_t stop_count_ = 0;
   std::uint64_t collectives_entered_ = 0;

@@ -157,8 +157,10 @@ std::vector<Tensor> run_node(Context& ctx, BackwardState& state, Node& n,
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) grads[i] = Tensor::zeros(ctx, n.output_shapes[i], n.output_dtypes[i]);
   }
-  const OpEvent event = backward_event(n);
+  OpEvent event = backward_event(n);
+  event.input_tensors = &grads;
   if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_begin(event); });
+  event.input_tensors = nullptr;  // the end event's tensors are the gradients flowing out
   std::vector<Tensor> input_grads;
   try {
     input_grads = n.apply(grads);
@@ -168,6 +170,7 @@ std::vector<Tensor> run_node(Context& ctx, BackwardState& state, Node& n,
     if (ctx.observed()) {
       OpEvent failed = event;
       failed.outputs = nullptr;
+      failed.output_tensors = nullptr;
       try {
         ctx.notify([&](Observer& o) { o.on_op_end(failed); });
       } catch (...) {  // the node's own error is the one to report
@@ -177,6 +180,7 @@ std::vector<Tensor> run_node(Context& ctx, BackwardState& state, Node& n,
   }
   grads.clear();
   n.release_saved();
+  event.output_tensors = &input_grads;
   if (ctx.observed()) ctx.notify([&](Observer& o) { o.on_op_end(event); });
   return input_grads;
 }

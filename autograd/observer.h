@@ -13,6 +13,8 @@
 
 namespace shardscope {
 
+class Tensor;
+
 enum class Phase : std::uint8_t { forward, backward };
 inline const char* phase_name(Phase p) {
   return p == Phase::forward ? "forward" : "backward";
@@ -52,6 +54,11 @@ struct OpEvent {
   const std::vector<Shape>* inputs = nullptr;   // input shapes
   const std::vector<Shape>* outputs = nullptr;  // output shapes (on_op_end only; null when the
                                                 // op threw)
+  // The tensors themselves, for an observer that looks at values (the debugger's print), valid
+  // only during the call: a forward op's inputs (begin) and outputs (end); a backward node's
+  // gradients flowing in (begin) and out (end). Null where not known.
+  const std::vector<Tensor>* input_tensors = nullptr;
+  const std::vector<Tensor>* output_tensors = nullptr;
 };
 
 struct StorageEvent {

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev clang-format
+  nlohmann-json3-dev libcli11-dev clang-format libedit-dev
   clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth

@@ -61,6 +61,7 @@ OpEvent OpRecord::event() const {
   e.site.op = op_;
   e.seq = seq_;
   e.inputs = &input_shapes_;
+  e.input_tensors = &inputs_;
   e.placement = placement_;
   return e;
 }
@@ -119,6 +120,7 @@ std::vector<Tensor> OpRecord::finish(std::vector<Tensor> outs) {
   if (ctx_.observed()) {
     OpEvent e = event();
     e.outputs = &output_shapes;
+    e.output_tensors = &outs;
     ctx_.notify([&](Observer& o) { o.on_op_end(e); });
   }
   return outs;

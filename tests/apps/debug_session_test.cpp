@@ -68,18 +68,18 @@ TEST(DebugSession, BreakpointsPrintMemAndHelp) {
       session(small_run(ParallelMode::tp, 2),
               "frobnicate\nbreak gelu\ncontinue\nprint mlp.fc1.weight\nprint output\nmem\n"
               "break phase backward\ncontinue\nprint mlp.fc2.weight.grad\nquit\n");
-  EXPECT_THAT(out, HasSubstr("unknown command 'frobnicate'; commands: step, next-collective"));
+  EXPECT_THAT(out, HasSubstr("unknown command 'frobnicate'; commands: step [N], next-collective"));
   EXPECT_THAT(out, HasSubstr("breakpoint 1: gelu, on every rank"));
   EXPECT_THAT(out, HasSubstr("rank 0: paused, stop 2 at op"));
   EXPECT_THAT(out, HasSubstr("mlp.gelu/gelu forward (layer 0, step 0, rank 1)"));
   EXPECT_THAT(out, HasSubstr("rank 1: mlp.fc1.weight Shard(1) of [16, 64], local mlp.fc1.weight "
                              "f32[16, 32]"));
-  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'output' yet"));
+  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'output' here"));
   EXPECT_THAT(out, HasSubstr("saved activations of layer 0 now"));
   EXPECT_THAT(out, HasSubstr("breakpoint 2: any op backward, on every rank"));
   EXPECT_THAT(out, HasSubstr("backward (layer 0, step 0, rank 0)"));
   // The first backward node runs before any parameter gradient exists.
-  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'mlp.fc2.weight.grad' yet"));
+  EXPECT_THAT(out, HasSubstr("rank 0: no tensor 'mlp.fc2.weight.grad' here"));
 }
 
 // The session's parser alone (what fuzz/debugger_fuzz.cpp drives): no run is started.
