@@ -204,9 +204,11 @@ def report_parser(report_path):
         check = report["check"]
         times = [s["time_ms"] for s in report["steps"]]
         step["check"] = {"ran": check["ran"], "passed": check["passed"],
-                         "tolerance": check["tolerance"],
-                         "worst_rel_err": max((t["max_rel_err"] for t in check["tensors"]),
-                                              default=None)}
+                         "rtol": check["rtol"], "atol": check["atol"],
+                         "steps_checked": check["steps_checked"],
+                         "failed_elements": sum(t["failed_elements"] for t in check["tensors"]),
+                         "worst_over_bound": max((t["worst_over_bound"] for t in check["tensors"]),
+                                                 default=None)}
         step["step_ms"] = times
         step["median_step_ms_after_first"] = statistics.median(times[1:] or times)
         step_ms = f"step {step['median_step_ms_after_first']:.1f} ms (median after the first)"
@@ -215,10 +217,13 @@ def report_parser(report_path):
             return
         if not check["ran"] or not check["passed"]:
             step["status"] = "failed"
-        worst = step["check"]["worst_rel_err"]
+        worst = step["check"]["worst_over_bound"]
         step["detail"] = (f"reference check {'passed' if check['passed'] else 'FAILED'}"
-                          f"{'' if check['ran'] else ' (did not run)'} (worst rel err "
-                          f"{fmt(worst, '.2e')}, tolerance {check['tolerance']:.0e}); {step_ms}")
+                          f"{'' if check['ran'] else ' (did not run)'} over "
+                          f"{check['steps_checked']} step(s) ("
+                          f"{step['check']['failed_elements']} elements out of tolerance, worst "
+                          f"|a - b| / bound {fmt(worst, '.2e')} with rtol {check['rtol']:.0e}, "
+                          f"atol {check['atol']:.0e} x max|b|); {step_ms}")
     return parse
 
 
