@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "apps/load_check.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
@@ -144,6 +145,7 @@ LayerRunSpec spec_with_io(const RunOptions& options) {
   }
   if (!options.load_dir.empty()) {
     auto dump = std::make_shared<const LoadedDump>(load_dump(options.load_dir));
+    check_loaded_dump(*dump, options);  // before any rank starts
     spec.load = [dump](const std::string& name, const Tensor& full) {
       dump->copy_into(name, full);
     };
