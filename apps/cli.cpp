@@ -96,6 +96,11 @@ int run_command(const Command& command, std::ostream& out, std::ostream& err) {
     return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";
+    const bool nan_loss = std::string(e.what()).find(kNonFiniteLoss) != std::string::npos;
+    if (nan_loss && !command.run.spec.check_finite) {
+      err << "shardscope: rerun with --check-finite to find the op that made the first NaN or "
+             "Inf\n";
+    }
     return 1;
   }
 }

@@ -11,12 +11,12 @@
 
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
-using ::testing::StartsWith;
 using shardscope::testing::count_lines;
 using shardscope::testing::Result;
 using shardscope::testing::run_cli;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 const std::string kFixture = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/fixtures/torch/";
 
@@ -27,6 +27,18 @@ TEST(CliErrors, LoadOfAnotherLayerExitsTwoWithTheFlagsToType) {
   EXPECT_THAT(r.output, StartsWith("shardscope: --load "));
   EXPECT_THAT(r.output, HasSubstr("run with --seq 14 --batch 1 --hidden 12 --heads 6\n"));
   EXPECT_THAT(r.output, Not(HasSubstr("rank")));
+}
+
+TEST(CliErrors, ALossThatBecomesNaNExitsOneNamingTheStepAndTheFlagThatFindsTheOp) {
+  const std::string run = "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --lr 1e30";
+  Result r = run_cli(run);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("step 1: the loss is not finite"));
+  EXPECT_THAT(r.output, HasSubstr("rerun with --check-finite to find the op"));
+  r = run_cli(run + " --check-finite");  // the guard names the op; no advice to add the flag
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("op 'matmul' in attn.qkv"));
+  EXPECT_THAT(r.output, Not(HasSubstr("rerun with")));
 }
 
 }  // namespace
