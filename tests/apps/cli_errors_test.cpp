@@ -41,4 +41,55 @@ TEST(CliErrors, ALossThatBecomesNaNExitsOneNamingTheStepAndTheFlagThatFindsTheOp
   EXPECT_THAT(r.output, Not(HasSubstr("rerun with")));
 }
 
+const std::string kSmall = " --seq 8 --batch 2 --hidden 16 --heads 2 --steps 1";
+
+// Exit 2 and a single line holding `text`.
+void expect_one_line_error(const std::string& args, const std::string& text) {
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << args << "\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr(text)) << args;
+}
+
+TEST(CliErrors, ANegativeSeedIsRefusedInsteadOfWrappingAround) {
+  expect_one_line_error("run --seed -1", "--seed: must be an integer >= 0, given -1");
+  EXPECT_EQ(run_cli("run --seed 0" + kSmall).exit_code, 0);
+}
+
+TEST(CliErrors, LabZeroAndAFilterThatMatchesNoTestAreErrors) {
+  expect_one_line_error("lab 0", "lab numbers start at 1, given 0");
+  const Result r = run_cli("lab 1 --filter 'NoSuchTest*'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("shardscope: --filter NoSuchTest* matches no test of lab 1"));
+  EXPECT_THAT(r.output, Not(HasSubstr("every test passes")));
+}
+
+TEST(CliErrors, AMisspeltFlagGetsTheNearestRealOne) {
+  expect_one_line_error("run --degre 2", "(did you mean --degree?)");
+  expect_one_line_error("run --check-finte", "(did you mean --check-finite?)");
+  expect_one_line_error("check a b --shard", "(did you mean --shards?)");
+  expect_one_line_error("lab 1 --filer X", "(did you mean --filter?)");
+  const Result r = run_cli("run --zzzzzzzz");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, Not(HasSubstr("did you mean")));
+}
+
+TEST(CliErrors, AParallelModeAtDegreeOneSaysItIsTheSingleLayer) {
+  const Result r = run_cli("run --mode tp" + kSmall);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("shardscope: note: --mode tp at --degree 1 is the "
+                                  "single-device layer"));
+  EXPECT_THAT(run_cli("run" + kSmall).output, Not(HasSubstr("note:")));
+}
+
+TEST(CliErrors, CommMpiOutsideMpirunSaysHowToLaunchIt) {
+  const Result r = run_cli("run --comm mpi --mode tp --degree 2" + kSmall);
+  if (r.output.find("this build has no MPI") != std::string::npos) GTEST_SKIP() << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--comm mpi runs a process per rank, started by mpirun: "
+                                  "mpirun -np 2 "));
+  EXPECT_THAT(r.output, HasSubstr(" run --comm mpi --mode tp --degree 2 --seq 8"));
+}
+
 }  // namespace
