@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "apps/load_check.h"
+#include "apps/memory_check.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
@@ -202,6 +203,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
           needed, found));
     }
   }
+  check_memory_fits(options, mem_available_bytes());  // exit 2 before a run that cannot fit
   LayerRunSpec spec = spec_with_io(options);
   // Ranks as threads share one single-device reference; each MPI process builds its own.
   if (!ranks_are_processes(options.comm)) spec.reference = std::make_shared<SharedReference>();

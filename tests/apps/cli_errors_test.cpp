@@ -92,4 +92,10 @@ TEST(CliErrors, CommMpiOutsideMpirunSaysHowToLaunchIt) {
   EXPECT_THAT(r.output, HasSubstr(" run --comm mpi --mode tp --degree 2 --seq 8"));
 }
 
+TEST(CliErrors, ARunThatCannotFitInMemoryIsRefusedBeforeItStarts) {
+  // The saved attention scores alone: 32 heads x 65536^2 x 2 x 9 bytes, over 2 TiB.
+  expect_one_line_error("run --seq 65536 --hidden 256 --heads 32 --steps 1",
+                        "shardscope: the run needs at least ");
+}
+
 }  // namespace
