@@ -2,7 +2,10 @@
 #include "apps/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "apps/debug_session.h"
 #include "apps/report.h"
@@ -41,6 +44,44 @@ void refuse_debug_outputs(const CLI::App& debug) {
   }
 }
 
+// Levenshtein distance between two flag names.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean --degree?)" for the first unexpected "--flag" of `extras` when one of the
+// subcommand's flags is a few edits away; empty otherwise.
+std::string nearest_flag(const CLI::App& sub, const std::vector<std::string>& extras) {
+  for (const std::string& given : extras) {
+    if (given.rfind("--", 0) != 0) continue;
+    const std::string name = given.substr(0, given.find('='));
+    std::string best;
+    std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
+    for (const CLI::Option* option : sub.get_options()) {
+      for (const std::string& long_name : option->get_lnames()) {
+        const std::size_t d = edit_distance(name, "--" + long_name);
+        if (d < best_distance) {
+          best_distance = d;
+          best = "--" + long_name;
+        }
+      }
+    }
+    if (!best.empty()) return " (did you mean " + best + "?)";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::variant<Command, int> parse_command(int argc, const char* const* argv, std::ostream& out,
@@ -67,7 +108,13 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
-    err << "shardscope: " << e.what() << " (see shardscope "
+    std::string suggestion;
+    for (const CLI::App* sub : {run, debug, mlp_ln, check, lab}) {
+      if (sub->parsed() && dynamic_cast<const CLI::ExtrasError*>(&e)) {
+        suggestion = nearest_flag(*sub, sub->remaining());
+      }
+    }
+    err << "shardscope: " << e.what() << suggestion << " (see shardscope "
         << (run->parsed()      ? "run "
             : debug->parsed()  ? "debug "
             : mlp_ln->parsed() ? "mlp-ln "
@@ -82,6 +129,20 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
       command.name = run->parsed() ? Command::Name::run : Command::Name::debug;
       command.run = flags.resolve(run->count("--timeout-ms") + debug->count("--timeout-ms") > 0);
       if (debug->parsed()) refuse_debug_outputs(*debug);
+      const LayerConfig& layer = command.run.spec.layer;
+      if (run->parsed() && command.run.comm == CommKind::mpi && mpi_available() &&
+          !launched_by_mpirun()) {
+        err << "shardscope: --comm mpi runs a process per rank, started by mpirun: mpirun -np "
+            << layer.degree;
+        for (int i = 0; i < argc; ++i) err << " " << argv[i];
+        err << "\n";
+        return 2;
+      }
+      if (layer.mode != ParallelMode::single && layer.degree == 1) {
+        err << "shardscope: note: --mode " << mode_name(layer.mode)
+            << " at --degree 1 is the single-device layer (one rank, no collectives); "
+               "--degree 2 or more splits it\n";
+      }
     } else if (mlp_ln->parsed()) {
       command.name = Command::Name::mlp_ln;
       command.mlp_ln = parse_mlp_ln_flags(mlp_ln_options);
@@ -116,6 +177,11 @@ int run_command(const Command& command, std::ostream& out, std::ostream& err) {
     return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";
+    const bool nan_loss = std::string(e.what()).find(kNonFiniteLoss) != std::string::npos;
+    if (nan_loss && !command.run.spec.check_finite) {
+      err << "shardscope: rerun with --check-finite to find the op that made the first NaN or "
+             "Inf\n";
+    }
     return 1;
   }
 }

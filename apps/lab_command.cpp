@@ -194,7 +194,16 @@ CLI::App* add_lab_subcommand(CLI::App& app, LabOptions& o) {
       "the course labs: with no number, list them; with a number, build the lab's tests against "
       "your labs/NN-*/starter.cpp (or, with --solution, the instructor's solution.cpp) and run "
       "them");
-  lab->add_option("number", o.number, "the lab's number (1 for labs/01-*)");
+  lab->add_option("number", o.number, "the lab's number (1 for labs/01-*)")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.find_first_not_of("0123456789") == std::string::npos &&
+                           v.find_first_not_of('0') != std::string::npos
+                       ? ""
+                       : "lab numbers start at 1, given " + v +
+                             " (shardscope lab with no number lists the labs)";
+          },
+          "N >= 1"));
   lab->add_flag("--solution", o.solution, "run the tests against the solution instead");
   lab->add_option("--filter", o.filter, "run only the tests matching this GoogleTest filter");
   lab->add_option("--answers", o.answers,
@@ -261,6 +270,11 @@ int lab_main(const LabOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.filter.empty()) command += " --gtest_filter=" + quoted(o.filter);
   out << "running " << command << "\n";
   const TestRun run = run_tests(command, out);
+  if (run.ran == 0 && !o.filter.empty()) {
+    err << "shardscope: --filter " << o.filter << " matches no test of lab " << o.number
+        << " (GoogleTest patterns such as 'Gelu*'; without --filter every test runs)\n";
+    return 2;
+  }
   const fs::path file = it->dir / (std::string(kind) + ".cpp");
   const std::string shown = "labs/" + it->dir.filename().string() + "/" + kind + ".cpp";
   out << "lab " << o.number << " (" << kind << "): ";

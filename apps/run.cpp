@@ -12,6 +12,8 @@
 #include <optional>
 
 #include "apps/output_paths.h"
+#include "apps/load_check.h"
+#include "apps/memory_check.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
@@ -173,6 +175,7 @@ LayerRunSpec spec_with_io(const RunOptions& options) {
   }
   if (!options.load_dir.empty()) {
     auto dump = std::make_shared<const LoadedDump>(load_dump(options.load_dir));
+    check_loaded_dump(*dump, options);  // before any rank starts
     spec.load = [dump](const std::string& name, const Tensor& full) {
       dump->copy_into(name, full);
     };
@@ -246,6 +249,7 @@ RunResult run_layer(const RunOptions& options, std::ostream& out) {
           needed, found));
     }
   }
+  check_memory_fits(options, mem_available_bytes());  // exit 2 before a run that cannot fit
   LayerRunSpec spec = spec_with_io(options);
   // Ranks as threads share one single-device reference; each MPI process builds its own.
   if (!ranks_are_processes(options.comm)) spec.reference = std::make_shared<SharedReference>();

@@ -57,7 +57,12 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
   run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(  // CLI11 would wrap -1 around to 2^64 - 1
+          [](const std::string& v) {
+            return v.find('-') == std::string::npos ? "" : "must be an integer >= 0, given " + v;
+          },
+          "SEED >= 0"));
   run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
   run.add_flag(
       "--random-norms", c.random_norms,

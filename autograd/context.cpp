@@ -112,7 +112,8 @@ Site Context::site() const {
 
 std::string format_where(std::string_view op, std::string_view scope, int layer, Phase phase,
                          int rank) {
-  std::string out = "op '" + std::string(op) + "'";
+  // Outside any op: setting up (weights, data, buffers) or between ops.
+  std::string out = op.empty() ? std::string("no op") : "op '" + std::string(op) + "'";
   if (!scope.empty()) out += " in " + std::string(scope);
   out += " (";
   if (layer >= 0) out += "layer " + std::to_string(layer) + ", ";

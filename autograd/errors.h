@@ -39,7 +39,8 @@ class ArgumentError : public Error {
 
 // A device had no memory left for an allocation: the message names the bytes asked for and the
 // device, and Context::allocate adds the op that asked ("... in op 'matmul' in attn.qkv (layer 0,
-// forward, rank 1)"), as run_spmd does for the CPU's std::bad_alloc.
+// forward, rank 1)"; "in no op" while setting up); run_spmd names the op for any other
+// std::bad_alloc (a host container's).
 class OutOfMemoryError : public Error {
  public:
   using Error::Error;

@@ -178,6 +178,15 @@ DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
                               std::to_string(mb.degree) + " in mode " + mb.mode +
                               ": their shards do not pair up; compare the full tensors");
   }
+  for (const ManifestTensor& ta : ma.tensors) {  // the same degree, sharded another way
+    const ManifestTensor* tb = o.shards && ta.full() ? mb.find(ta.name) : nullptr;
+    if (tb && !(tb->placement == ta.placement)) {
+      throw DegreeMismatchError("A (" + dir_a + ", mode " + ma.mode + ") holds tensor '" + ta.name +
+                                "' as " + ta.placement.str() + ", B (" + dir_b + ", mode " +
+                                mb.mode + ") as " + tb->placement.str() +
+                                ": their shards do not pair up; compare the full tensors");
+    }
+  }
   check_patterns_match(o.only, "only", ma, mb);
   check_patterns_match(o.ignore, "ignore", ma, mb);
   DumpComparison out{dir_a, dir_b, o.rtol, o.atol, {}, 0};

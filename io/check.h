@@ -36,7 +36,8 @@ struct TensorComparison {
   std::string label() const;  // "input.grad" or "input.grad (rank 1)"
 };
 
-// Two dumps made at different degrees, compared shard by shard: their ranks do not pair up.
+// Two dumps made at different degrees, or sharding a tensor differently (modes such as tp and
+// tp-sp), compared shard by shard: their ranks do not pair up.
 class DegreeMismatchError : public Error {
  public:
   using Error::Error;
@@ -83,7 +84,7 @@ TensorComparison compare_tensors(const std::string& name, const Tensor& a, const
 
 // Reads both manifests (validated; ManifestError or NpyError on a bad dump) and compares the
 // tensors of the same name (and rank, with `shards`). DegreeMismatchError when `shards` is asked
-// of dumps of different degrees.
+// of dumps of different degrees, or of a tensor placed differently in the two.
 DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,
                              const CompareOptions& options);
 DumpComparison compare_dumps(const std::string& dir_a, const std::string& dir_b,

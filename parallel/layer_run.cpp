@@ -442,6 +442,12 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
       Tensor seed;
       std::tie(loss, seed) = mse_and_seed(env.group, y, target, c.planted_bug);
+      if (!std::isfinite(loss)) {  // every rank has the same loss: all stop here
+        throw NumericalError("step " + std::to_string(step) + ": " + kNonFiniteLoss + " (" +
+                             std::to_string(loss) + ", rank " + std::to_string(env.rank) +
+                             "): a value overflowed or became NaN earlier in the step "
+                             "(LayerRunSpec::check_finite names the first op that made one)");
+      }
       y.local.backward(seed);
       layer.reduce_gradients();
       if (check_step) {

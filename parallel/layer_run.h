@@ -138,6 +138,10 @@ struct CheckResult {
   std::vector<TensorCheck> tensors;  // every compared tensor of that step, a failed one diagnosed
 };
 
+// run_layer_rank ends with a NumericalError "step N: the loss is not finite (...)" when a step's
+// loss is NaN or Inf (on every rank: the loss is the group's).
+constexpr const char* kNonFiniteLoss = "the loss is not finite";
+
 struct RankRun {
   int rank = 0;
   std::vector<StepRecord> steps;

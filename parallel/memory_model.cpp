@@ -1,6 +1,8 @@
 // The activation model of each mode, term by term.
 #include "parallel/memory_model.h"
 
+#include <algorithm>
+
 #include "autograd/dtype.h"
 
 namespace shardscope {
@@ -121,6 +123,47 @@ ActivationModel single_device_activation_model(const LayerConfig& c) {
   single.mode = ParallelMode::single;
   single.degree = 1;
   return activation_model(single, false);
+}
+
+namespace {
+
+// The rank's bytes of its own run: see estimate_run_memory.
+double rank_bytes(const LayerConfig& c, bool keep_gathered_input) {
+  const ActivationModel model = activation_model(c, keep_gathered_input);
+  const double a = static_cast<double>(dtype_size(c.dtype)), h = static_cast<double>(c.hidden);
+  const double t = c.mode == ParallelMode::single ? 1.0 : static_cast<double>(c.degree);
+  const double sbh = static_cast<double>(c.seq) * static_cast<double>(c.batch) * h;
+  const bool split_weights = c.mode == ParallelMode::tp || c.mode == ParallelMode::tp_sp;
+  // Weights [h, 3h], [h, h], [h, 4h], [4h, h] and biases 3h, h, 4h, h, LayerNorms 4h; tp and tp-sp
+  // split the four weights, the QKV and fc1 biases.
+  const double params = split_weights ? (12 * h * h + 7 * h) / t + 6 * h : 12 * h * h + 13 * h;
+  const double local_sbh = c.mode == ParallelMode::tp ? sbh : sbh / t;
+  // Backward frees the saved activations as it makes the gradients: the peak holds at least
+  // either all the activations with the parameters, or the parameters with their gradients.
+  const double held = std::max(model.total_bytes + model.extras_bytes + params * a, 2 * params * a);
+  return held + 3 * local_sbh * a;  // with the input, the target and the output
+}
+
+double full_data_bytes(const LayerConfig& c) {
+  const double h = static_cast<double>(c.hidden);
+  const double sbh = static_cast<double>(c.seq) * static_cast<double>(c.batch) * h;
+  return (12 * h * h + 13 * h + 2 * sbh) * static_cast<double>(dtype_size(c.dtype));
+}
+
+}  // namespace
+
+RunMemoryEstimate estimate_run_memory(const LayerConfig& config, bool keep_gathered_input,
+                                      bool checked, int ranks_in_process) {
+  RunMemoryEstimate e;
+  e.per_rank_bytes = rank_bytes(config, keep_gathered_input);
+  e.process_bytes = ranks_in_process * (e.per_rank_bytes + full_data_bytes(config));
+  if (checked) {
+    LayerConfig single = config;
+    single.mode = ParallelMode::single;
+    single.degree = 1;
+    e.process_bytes += rank_bytes(single, false) + full_data_bytes(config);
+  }
+  return e;
 }
 
 }  // namespace shardscope

@@ -65,4 +65,17 @@ std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const Memo
                                         int layer);
 std::string formula_text(const LayerConfig& config, bool keep_gathered_input);
 
+// The peak bytes a layer run needs at least, estimated before it starts from the models: per
+// rank, the larger of the saved activations with their extras (activation_model) and the rank's
+// parameters, or its parameters and their gradients, plus its input, target and output; per
+// process, that for each of its `ranks_in_process` ranks plus each rank's full weights and data,
+// and, when `checked`, the single-device reference layer (its own estimate and full data). A
+// lower bound of the ledger's peak (measured within a factor of 1.5 of it).
+struct RunMemoryEstimate {
+  double per_rank_bytes = 0;
+  double process_bytes = 0;
+};
+RunMemoryEstimate estimate_run_memory(const LayerConfig& config, bool keep_gathered_input,
+                                      bool checked, int ranks_in_process);
+
 }  // namespace shardscope

@@ -332,10 +332,12 @@ void ParallelTransformerLayer::check_replicated() const {
   Context& ctx = group_.ctx();
   const std::string previous = ctx.current_op();
   ctx.set_current_op("check_replicated");
-  auto fail = [&](const std::string& what) {
+  // A missing all-reduce leaves finite copies that differ; NaN or Inf has another cause.
+  auto fail = [&](const std::string& what, bool finite = true) {
     ctx.set_current_op(previous);
-    throw Error(what + " (rank " + std::to_string(group_.rank()) +
-                "): is a gradient all-reduce missing?");
+    throw Error(what + " (rank " + std::to_string(group_.rank()) + ")" +
+                (finite ? ": is a gradient all-reduce missing?"
+                        : ": the values overflowed or became NaN, not a missing all-reduce"));
   };
   for (const ShardedParameter& p : params_) {
     if (p.placement.is_shard()) continue;
@@ -344,7 +346,7 @@ void ParallelTransformerLayer::check_replicated() const {
       if (!tensors[i].defined()) continue;
       const std::string name = (i ? "gradient of " : "parameter ") + p.name;
       for (double v : tensors[i].to_vector()) {
-        if (!std::isfinite(v)) fail("replicated " + name + " holds " + std::to_string(v));
+        if (!std::isfinite(v)) fail("replicated " + name + " holds " + std::to_string(v), false);
       }
       // Equal on every rank iff max over ranks of x equals the min: max(x) + max(-x) == 0.
       Tensor hi = tensors[i].clone(), lo = tensors[i].clone();

@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cuda/cuda_backend.h"
+#include "autograd/errors.h"
 #include "autograd/kernels/gelu.h"
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
@@ -97,7 +99,10 @@ std::unique_ptr<Backend> make_backend(Device device) {
 
 void* CpuBackend::allocate(std::size_t bytes) {
   void* p = std::calloc(bytes ? bytes : 1, 1);
-  if (!p) throw std::bad_alloc();
+  if (!p) {
+    throw OutOfMemoryError("out of memory on cpu: asked for " + std::to_string(bytes) + " bytes (" +
+                           std::to_string(bytes >> 20) + " MiB)");
+  }
   return p;
 }
 

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+
+#include "autograd/errors.h"
 
 namespace shardscope {
 
@@ -31,7 +34,10 @@ std::unique_ptr<Backend> make_reference_backend() {
 
 void* ReferenceBackend::allocate(std::size_t bytes) {
   void* p = std::calloc(bytes ? bytes : 1, 1);  // zeroed, as the table requires
-  if (!p) throw std::bad_alloc();
+  if (!p) {
+    throw OutOfMemoryError("out of memory on reference: asked for " + std::to_string(bytes) +
+                           " bytes (" + std::to_string(bytes >> 20) + " MiB)");
+  }
   return p;
 }
 

@@ -294,9 +294,9 @@ std::vector<std::string> loss_lines(const std::string& output) {
 // overflows f32. Without the guard the run goes on with NaN losses; with it the run stops there.
 TEST(Cli, CheckFiniteNamesTheFirstOpThatOverflowsWhenARunDiverges) {
   const std::string args = "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --lr 1e30";
-  const Result unchecked = run_cli(args);
-  ASSERT_EQ(unchecked.exit_code, 0) << unchecked.output;
-  EXPECT_THAT(unchecked.output, HasSubstr("nan"));
+  const Result unchecked = run_cli(args);  // the loss ends it, without the op (cli_errors_test)
+  ASSERT_EQ(unchecked.exit_code, 1) << unchecked.output;
+  EXPECT_THAT(unchecked.output, HasSubstr("step 1: the loss is not finite"));
   const Result r = run_cli(args + " --check-finite");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("shardscope: error: 1 rank(s) failed"));

@@ -168,5 +168,25 @@ TEST_F(Errors, BackwardTwice) {
       AllOf(HasSubstr("op 'mean'"), HasSubstr("backward through this graph a second time")));
 }
 
+// An allocation the host cannot meet (4 PiB) names the device, the bytes and the op that asked,
+// on both host backends; outside any op it says so instead of naming an empty op.
+TEST(OutOfMemory, AnAllocationThatCannotBeMetNamesTheDeviceTheBytesAndTheOp) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer ends the process on an allocation it cannot meet";
+#endif
+  const Shape huge{std::int64_t{1} << 50};
+  for (const Device device : {Device::cpu(), Device::reference()}) {
+    Context ctx(1, device);
+    ctx.set_current_op("matmul");
+    const std::string in_op = message_of<OutOfMemoryError>([&] { Tensor::empty(ctx, huge); });
+    EXPECT_THAT(in_op, AllOf(HasSubstr("out of memory on " + device.str()),
+                             HasSubstr("asked for 4503599627370496 bytes (4294967296 MiB)"),
+                             HasSubstr("in op 'matmul' (forward, rank 1)")));
+    ctx.set_current_op("");
+    EXPECT_THAT(message_of<OutOfMemoryError>([&] { Tensor::empty(ctx, huge); }),
+                HasSubstr("in no op (forward, rank 1)"));
+  }
+}
+
 }  // namespace
 }  // namespace shardscope

@@ -402,6 +402,23 @@ TEST_F(DumpTest, CompareDumpsOfTwoDegreesShardByShardIsOneError) {
                         HasSubstr("their shards do not pair up"))));
 }
 
+// Two dumps of one degree from modes that shard a tensor differently (tp and tp-sp: the input
+// replicated or split by sequence) have no shards to pair up either.
+TEST_F(DumpTest, CompareDumpsShardedAnotherWayShardByShardIsOneError) {
+  const std::string a = write_sample("a", 2), b = write_sample("b", 2);
+  json j = read_json(b + "/manifest.json");
+  j["mode"] = "tp-sp";
+  for (json& t : j["tensors"]) {
+    if (t["name"] == "bias") t["placement"] = "Shard(0)";
+  }
+  write_json(b + "/manifest.json", j);
+  EXPECT_TRUE(compare_dumps(a, b).passed()) << "the full tensors still pair up";
+  EXPECT_THAT([&] { compare_dumps(a, b, 0, 0, /*shards=*/true); },
+              ::testing::ThrowsMessage<DegreeMismatchError>(
+                  AllOf(HasSubstr("mode tp) holds tensor 'bias' as Replicate"),
+                        HasSubstr("mode tp-sp) as Shard(0): their shards do not pair up"))));
+}
+
 // A failed tensor is diagnosed: here B's weight is half of A's in a dump of degree 2, so A's is a
 // factor of t too large; a flipped bias is a sign flip.
 TEST_F(DumpTest, CompareDumpsSaysWhatAFailedTensorsDifferenceLooksLike) {

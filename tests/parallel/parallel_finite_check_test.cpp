@@ -10,6 +10,7 @@
 
 #include "autograd/errors.h"
 #include "parallel/layer_run.h"
+#include "parallel/parallel_layer.h"
 
 namespace shardscope {
 namespace {
@@ -82,20 +83,57 @@ TEST(ParallelFiniteCheck, ANaNInOneRanksWeightShardIsNamedAtTheOpThatUsesIt) {
   EXPECT_THAT(errors[1].message, HasSubstr("rank 1 failed"));
 }
 
-// Off (the default), the same NaN flows through the run without an error.
-TEST(ParallelFiniteCheck, OffTheNaNGoesThrough) {
+// Off (the default), the same NaN flows through the ops unchecked, and the run ends at the loss,
+// naming the step on every rank; no loss is reported as a number.
+TEST(ParallelFiniteCheck, OffTheNaNReachesTheLossWhichEndsTheRunNamingTheStep) {
   LayerRunSpec spec = small_spec(ParallelMode::tp_sp);
   spec.check_finite = false;
-  spec.check = false;  // the reference check would report the NaN as a failed comparison
   plant_nan(spec, "input", 5 * spec.layer.batch * spec.layer.hidden);
-  SpmdOptions options;
-  std::vector<double> losses;
-  run_spmd(2, options, [&](RankEnv& env) {
-    const RankRun run = run_layer_rank(env, spec);
-    if (env.rank == 0) losses.push_back(run.steps[0].loss);
+  const std::vector<SpmdError::RankError> errors = failures(spec);
+  ASSERT_EQ(errors.size(), 2u);
+  for (const SpmdError::RankError& e : errors) {
+    EXPECT_THAT(e.message, HasSubstr("step 0: the loss is not finite (nan, rank " +
+                                     std::to_string(e.rank) + ")"));
+    EXPECT_THAT(e.message, HasSubstr("LayerRunSpec::check_finite"));
+  }
+}
+
+// A loss that overflows later (a learning rate of 1e30 at step 1), in the single layer and in tp,
+// where the check against the reference and of the replicated parameters never gets to blame it.
+TEST(ParallelFiniteCheck, ALossThatOverflowsEndsTheRunAtItsStep) {
+  for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp}) {
+    LayerRunSpec spec = small_spec(mode);
+    spec.check_finite = false;
+    spec.learning_rate = 1e30;
+    spec.steps = 3;
+    if (mode == ParallelMode::single) spec.layer.degree = 1;
+    const std::vector<SpmdError::RankError> errors = failures(spec);
+    ASSERT_EQ(errors.size(), static_cast<std::size_t>(spec.layer.degree)) << mode_name(mode);
+    EXPECT_THAT(errors[0].message, HasSubstr("step 1: the loss is not finite")) << mode_name(mode);
+  }
+}
+
+// A replicated parameter that holds NaN is not blamed on a missing gradient all-reduce.
+TEST(ParallelFiniteCheck, AReplicatedParameterHoldingNaNIsNotBlamedOnAnAllReduce) {
+  LayerRunSpec spec = small_spec(ParallelMode::tp);
+  std::vector<std::string> messages(2);
+  run_spmd(2, SpmdOptions{}, [&](RankEnv& env) {
+    const LayerWeights full = make_layer_weights(env.ctx, spec.layer);
+    ParallelTransformerLayer layer(spec.layer, env.group, full);
+    for (const ShardedParameter& p : layer.parameters()) {
+      if (p.name == "ln2.bias") p.local.data<float>()[2] = std::numeric_limits<float>::infinity();
+    }
+    try {
+      layer.check_replicated();
+    } catch (const Error& e) {
+      messages[static_cast<std::size_t>(env.rank)] = e.what();
+    }
   });
-  ASSERT_EQ(losses.size(), 1u);
-  EXPECT_TRUE(std::isnan(losses[0]));
+  for (const std::string& m : messages) {
+    EXPECT_THAT(m, HasSubstr("replicated parameter ln2.bias holds inf"));
+    EXPECT_THAT(m, HasSubstr("overflowed or became NaN, not a missing all-reduce"));
+    EXPECT_THAT(m, ::testing::Not(HasSubstr("is a gradient all-reduce missing")));
+  }
 }
 
 }  // namespace
