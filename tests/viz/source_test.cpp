@@ -50,6 +50,20 @@ TEST(LiveSource, StartsWithEveryRankPausedBeforeTheFirstOp) {
   EXPECT_TRUE(saw_input);
 }
 
+// A live run past the recorder's bound says so, as a replay of its trace would.
+TEST(LiveSource, SaysWhenTheRecorderDroppedEvents) {
+  RunOptions o = live_options("tp", 2);
+  o.trace_events = 150;  // about 100 are recorded before the first op
+  auto source = make_live_source(o);
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  EXPECT_EQ(source->snapshot().warning, "");
+  run_script(*source, "next-collective 3", kLimit);
+  const Snapshot s = source->snapshot();
+  EXPECT_NE(s.warning.find("events dropped from step 0 (the recorder keeps the first 150)"),
+            std::string::npos)
+      << s.warning;
+}
+
 TEST(LiveSource, NextCollectiveStopsEveryRankAtTheAllGatherBeforeQkv) {
   auto source = make_live_source(live_options("tp-sp", 4));
   ASSERT_TRUE(source->wait_idle(kLimit));

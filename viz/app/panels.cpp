@@ -154,6 +154,11 @@ void VizUi::controls(const Rect& r) {
     if (!snapshot_.error.empty()) {
       ImGui::TextColored(to_float4(theme::kFailed), "%s", snapshot_.error.c_str());
     }
+    if (!snapshot_.warning.empty()) {
+      ImGui::PushStyleColor(ImGuiCol_Text, to_float4(theme::kWarning));
+      ImGui::TextWrapped("incomplete trace: %s", snapshot_.warning.c_str());
+      ImGui::PopStyleColor();
+    }
     ImGui::Separator();
     ImGui::Text("Ranks (click one to show its op)");
     for (const RankStatus& st : snapshot_.status) {

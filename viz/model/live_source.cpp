@@ -7,6 +7,7 @@
 #include "io/manifest.h"
 #include "io/trace_recorder.h"
 #include "parallel/collective_ops.h"
+#include "viz/model/replay.h"
 #include "viz/model/source.h"
 
 namespace shardscope::viz {
@@ -24,6 +25,7 @@ TraceOptions trace_options(const RunOptions& o, const LiveSession& session) {
   t.config["steps"] = o.spec.steps;
   t.config["comm"] = "threads";
   t.config["keep_gathered_input"] = o.spec.keep_gathered_input;
+  t.max_events = o.trace_events;
   t.clock = [&session] { return session.active_now(); };  // time while the ranks move
   return t;
 }
@@ -227,6 +229,8 @@ Snapshot LiveSource::snapshot() {
   s.total_events = s.events.size();
   s.finished = session_.all_finished();
   s.error = session_.error();
+  s.warning = dropped_events_note(recorder_.meta());
+  if (!s.warning.empty()) s.warning += ": the timeline and memory charts stop there";
   for (int r = 0; r < s.ranks; ++r) {
     RankStatus st;
     st.rank = r;

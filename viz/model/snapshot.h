@@ -75,6 +75,9 @@ struct Snapshot {
   std::string check_note;  // why checks are missing ("a trace holds no tensor values"), or ""
   bool finished = false;   // every rank has finished (or the replay is at its end)
   std::string error;       // a rank's failure, or ""
+  // What the source may be missing, shown beside the controls: a trace cut short (events dropped
+  // at the recorder's bound, or a file that ends mid-run), or "".
+  std::string warning;
 };
 
 }  // namespace shardscope::viz

@@ -53,6 +53,7 @@ inline constexpr Color kSelection = rgba(255, 255, 255);
 inline constexpr Color kFailed = rgba(235, 60, 60);
 inline constexpr Color kPassed = rgba(80, 200, 110);
 inline constexpr Color kPending = rgba(140, 146, 156);
+inline constexpr Color kWarning = rgba(240, 170, 60);   // a trace cut short
 inline constexpr Color kFormula = rgba(255, 255, 255);  // the formula's line beside measured bars
 inline constexpr Color kPeak = rgba(255, 80, 80);
 inline constexpr Color kCursor = rgba(255, 230, 90);
