@@ -51,6 +51,22 @@ TEST(Replay, RefusesAConfigWithFieldsOfTheWrongType) {
     EXPECT_NE(std::string(e.what()).find("field 'degree' must be an integer in [1, 2147483647]"),
               std::string::npos)
         << e.what();
+    const std::string what = e.what(), file = t.source + ":";
+    EXPECT_EQ(what.find(file, what.find(file) + 1), std::string::npos) << "named twice: " << what;
+  }
+}
+
+// Found with issue 19: a config that fails validation was "otherData.config: ...", without the
+// file; every other trace error starts with the file.
+TEST(Replay, AnInvalidConfigNamesTheFile) {
+  TraceFile t = record_run("tp", 2);
+  t.source = "cut.json";
+  t.meta.config["seq"] = -1;
+  try {
+    Replay r(t);
+    FAIL() << "expected TraceFormatError";
+  } catch (const TraceFormatError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cut.json: otherData.config: ", 0), 0u) << e.what();
   }
 }
 

@@ -258,5 +258,22 @@ TEST(VizApp, AMissingTraceIsExitCodeOneNamingTheFile) {
   EXPECT_NE(err.str().find("/nonexistent/trace.json"), std::string::npos) << err.str();
 }
 
+// Issue 19: "shardscope-viz: shardscope-viz: cannot open a display": the window's error carried
+// the program's name and main added it again. Every error line names the program once.
+TEST(VizApp, NoDisplayIsExitCodeOneNamingTheProgramOnce) {
+  const char* display = std::getenv("DISPLAY");
+  const std::string saved = display ? display : "";
+  unsetenv("DISPLAY");
+  std::ostringstream out, err;
+  const char* argv[] = {"shardscope-viz", "--synthetic",  "2,100",
+                        "--headless",     "--screenshot", "x.png"};
+  const int code = viz_main(6, argv, out, err);
+  if (display) setenv("DISPLAY", saved.c_str(), 1);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(err.str().find("shardscope-viz: cannot open a display"), std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("shardscope-viz: shardscope-viz"), std::string::npos) << err.str();
+}
+
 }  // namespace
 }  // namespace shardscope::viz

@@ -16,13 +16,18 @@ LayerConfig config_of_trace(const TraceFile& trace) {
                            ": otherData.config holds no layer configuration (expected mode, "
                            "degree, seq, batch, hidden, heads as `shardscope run --trace` writes)");
   }
+  LayerConfig c;
   try {
-    LayerConfig c = layer_config_from_json(j, trace.source);
-    c.validate();
-    return c;
+    c = layer_config_from_json(j, trace.source);  // its errors name the file and the field
   } catch (const Error& e) {
-    throw TraceFormatError(std::string("otherData.config: ") + e.what());
+    throw TraceFormatError(e.what());
   }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw TraceFormatError(trace.source + ": otherData.config: " + e.what());
+  }
+  return c;
 }
 
 Replay::Replay(TraceFile trace) : trace_(std::move(trace)), config_(config_of_trace(trace_)) {
