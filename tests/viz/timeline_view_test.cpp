@@ -128,6 +128,29 @@ TEST(TimelineView, StepZeroTotalsMatchTheCommModel) {
   EXPECT_TRUE(mismatch);
 }
 
+// Issue 19: the loss and check rows showed "n/0" and a green "0 B" model; `shardscope run`
+// prints "-" and "no model" for them, and so does the panel now.
+TEST(TimelineView, LossAndCheckRowsHaveNoModelAsTheCliSays) {
+  const Snapshot s = testing::snapshot_at(tp_sp_4());
+  int unmodelled = 0;
+  for (const CommTotalRow& r : timeline_view(s, {}, kPanel).totals) {
+    const std::string what = r.kind + " " + r.phase + " " + r.purpose;
+    if (r.purpose == "activation" || r.purpose == "param_grad") {
+      EXPECT_TRUE(r.modelled) << what;
+      EXPECT_EQ(r.calls_text, std::to_string(r.calls) + "/" + std::to_string(r.model_calls));
+      EXPECT_EQ(r.model_text, byte_size_text(r.model_bytes)) << what;
+      EXPECT_EQ(r.model_color, theme::kPassed) << what;
+      continue;
+    }
+    ++unmodelled;
+    EXPECT_FALSE(r.modelled) << what;
+    EXPECT_EQ(r.calls_text, std::to_string(r.calls) + "/-") << what;
+    EXPECT_EQ(r.model_text, "no model") << what;
+    EXPECT_EQ(r.model_color, theme::kTextDim) << what;
+  }
+  EXPECT_GT(unmodelled, 0) << "the loss and the check's collectives are in step 0";
+}
+
 TEST(TimelineView, TheSelectedForwardAllGatherFlowsBetweenEveryPairOfRanks) {
   const Snapshot s = testing::snapshot_at(tp_sp_4());
   std::optional<std::size_t> gather;

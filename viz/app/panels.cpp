@@ -332,16 +332,11 @@ void VizUi::collectives(const Rect& r) {
         ImGui::TableNextColumn();
         ImGui::Text("%s %s %s", row.kind.c_str(), row.phase.c_str(), row.purpose.c_str());
         ImGui::TableNextColumn();
-        ImGui::Text("%d/%d", row.calls, row.model_calls);
+        ImGui::TextUnformatted(row.calls_text.c_str());
         ImGui::TableNextColumn();
         ImGui::Text("%s", byte_size_text(row.bytes).c_str());
         ImGui::TableNextColumn();
-        // Short of the model while the step is still running is pending, not wrong.
-        const bool pending = !row.matches && row.calls < row.model_calls && !snapshot_.finished;
-        ImGui::TextColored(to_float4(row.matches ? theme::kPassed
-                                     : pending   ? theme::kPending
-                                                 : theme::kFailed),
-                           "%s", byte_size_text(row.model_bytes).c_str());
+        ImGui::TextColored(to_float4(row.model_color), "%s", row.model_text.c_str());
       }
       ImGui::EndTable();
     }

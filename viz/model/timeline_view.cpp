@@ -279,7 +279,11 @@ std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
         return r;
       }
     }
-    rows.push_back({collective_name(k), phase_name(p), comm_purpose_name(u), 0, 0, 0, 0, true});
+    CommTotalRow row;
+    row.kind = collective_name(k);
+    row.phase = phase_name(p);
+    row.purpose = comm_purpose_name(u);
+    rows.push_back(std::move(row));
     return rows.back();
   };
   for (const TraceEvent& e : s.events) {
@@ -296,11 +300,20 @@ std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
   }
   for (CommTotalRow& r : rows) {
     // The model covers the layer's activations and parameter gradients only.
-    const bool modelled = r.purpose == comm_purpose_name(CommPurpose::activation) ||
-                          r.purpose == comm_purpose_name(CommPurpose::param_grad);
+    r.modelled = r.purpose == comm_purpose_name(CommPurpose::activation) ||
+                 r.purpose == comm_purpose_name(CommPurpose::param_grad);
     const double tolerance = 1e-9 * std::max(1.0, r.model_bytes);  // sums of ring fractions
     r.matches =
-        !modelled || (r.calls == r.model_calls && std::abs(r.bytes - r.model_bytes) <= tolerance);
+        !r.modelled || (r.calls == r.model_calls && std::abs(r.bytes - r.model_bytes) <= tolerance);
+    r.calls_text =
+        std::to_string(r.calls) + "/" + (r.modelled ? std::to_string(r.model_calls) : "-");
+    r.model_text = r.modelled ? byte_size_text(r.model_bytes) : "no model";
+    // Short of the model while the step is still running is pending, not wrong.
+    const bool pending = !r.matches && r.calls < r.model_calls && !s.finished;
+    r.model_color = !r.modelled ? theme::kTextDim
+                    : r.matches ? theme::kPassed
+                    : pending   ? theme::kPending
+                                : theme::kFailed;
   }
   return rows;
 }
