@@ -168,8 +168,9 @@ void VizUi::controls(const Rect& r) {
       std::snprintf(label, sizeof label, "rank %d: %s", st.rank, rank_state_name(st.state));
       if (ImGui::Selectable(label, state_.rank == st.rank)) state_.rank = st.rank;
       ImGui::PopStyleColor();
-      ImGui::TextColored(to_float4(theme::kTextDim), "step %lld, %s",
-                         static_cast<long long>(st.step), phase_name(st.phase));
+      if (!st.summary.empty()) {
+        ImGui::TextColored(to_float4(theme::kTextDim), "%s", st.summary.c_str());
+      }
       ImGui::TextWrapped("%s", st.where.c_str());
       ImGui::PopID();
     }

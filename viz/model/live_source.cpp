@@ -2,6 +2,7 @@
 // reference the Check panel compares with.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "apps/live_session.h"
 #include "io/manifest.h"
@@ -85,6 +86,7 @@ class LiveSource final : public Source {
   void copy_values();
   void refresh_checks(Snapshot& s);
   void check_output();
+  void finished_status(int rank, RankStatus& st) const;
 
   // The session only keeps the recorder's address until start(); the recorder reads the
   // session's active clock. The destructor ends the run before either goes.
@@ -206,6 +208,22 @@ void LiveSource::refresh_checks(Snapshot& s) {
   }
 }
 
+// A finished rank: its run's step count and final loss, where it was last paused no longer
+// being where it is. Its op fields stay empty: the shard panel shows its last op in the layer.
+void LiveSource::finished_status(int rank, RankStatus& st) const {
+  st.where = "finished";
+  const std::optional<RankRun> run = session_.result(rank);
+  if (!run || run->steps.empty()) return;
+  const std::size_t steps = run->steps.size();
+  st.step = static_cast<std::int64_t>(steps) - 1;
+  st.phase = Phase::backward;
+  st.final_loss = run->steps.back().loss;
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.6g", *st.final_loss);
+  st.where = "finished after " + std::to_string(steps) + (steps == 1 ? " step" : " steps") +
+             ", final loss " + loss;
+}
+
 Snapshot LiveSource::snapshot() {
   refresh_events();
   Snapshot s;
@@ -256,13 +274,12 @@ Snapshot LiveSource::snapshot() {
       }
     }
     if (st.state == LiveSession::RankState::finished) {
-      st.step = last ? last->step : 0;
-      st.phase = last ? last->phase : Phase::forward;
-      st.where = last ? "finished; last stop: " + last->str() : "finished";
+      finished_status(r, st);
     } else if (st.state == LiveSession::RankState::running && stop) {
       st.where = "running since " + stop->str();
     }
     if (st.where.empty()) st.where = rank_state_name(st.state);
+    if (st.state != LiveSession::RankState::finished) st.summary = step_phase_text(st);
     s.status.push_back(std::move(st));
   }
   copy_values();

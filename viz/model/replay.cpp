@@ -250,6 +250,7 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
       }
     }
     if (done) st.where = "finished" + (st.where.empty() ? "" : ", last " + st.where);
+    if (!done) st.summary = step_phase_text(st);
     if (at_end && !complete) {
       st.where = "the trace ends here" + (st.where.empty() ? "" : ", " + st.where);
     }

@@ -32,7 +32,15 @@ struct RankStatus {
   std::uint64_t seq = 0;
   std::vector<std::string> inputs;  // its input shapes, "[4, 2, 32]" (as in TraceEvent)
   std::string placement;            // a parallel op's "Shard(0) -> Shard(2)", else empty
+  // The line under the rank's state: "step 0, forward"; empty once finished (`where` then says
+  // "finished after 2 steps, final loss 1.0312").
+  std::string summary;
+  std::optional<double> final_loss;  // a finished live rank's last step's loss
 };
+// "step 0, forward": the summary of a rank that has not finished.
+inline std::string step_phase_text(const RankStatus& st) {
+  return "step " + std::to_string(st.step) + ", " + phase_name(st.phase);
+}
 inline const char* rank_state_name(RankStatus::State s) {  // "not started", "running", ...
   return live_rank_state_name(s);
 }
