@@ -12,8 +12,6 @@
 namespace shardscope::viz {
 namespace {
 
-constexpr float kCharWidth = 7.0f;  // Dear ImGui's default font: 7 px a character
-
 std::uint64_t total_of(const TraceEvent& e) {
   std::uint64_t total = 0;
   for (std::uint64_t b : e.memory) total += b;
@@ -115,7 +113,7 @@ void mark_peak(const std::vector<Sample>& counters, const ChartScale& scale, Mem
   chart.peaks.push_back({f.x0, y, f.x1, y, theme::kPeak, 1.0f, false});
   chart.peaks.push_back({x, y, x, f.y1, theme::kPeak, 1.0f, false});
   const std::string text = "peak " + byte_size_text(chart.peak_bytes);
-  const float width = static_cast<float>(text.size()) * kCharWidth;
+  const float width = static_cast<float>(text.size()) * theme::kCharWidth;
   chart.labels.push_back({std::max(f.x0, f.x1 - width - 2), std::max(f.y0, y - theme::kLabelHeight),
                           text, theme::kPeak});
 }
@@ -197,7 +195,7 @@ MemoryView memory_view(const Snapshot& s, int rank, PanelSize size) {
     const auto category = static_cast<MemoryCategory>(c);
     const std::string name = memory_category_name(category);
     v.legend.push_back({x, pad, name, theme::memory_color(category)});
-    x += static_cast<float>(name.size() + 2) * kCharWidth;
+    x += static_cast<float>(name.size() + 2) * theme::kCharWidth;
   }
   const std::vector<int> ranks = chart_ranks(s);
   // One pass over the events: each rank's counters, their time span (to the cursor: one axis for

@@ -92,6 +92,7 @@ inline constexpr float kLaneGap = 4.0f;
 inline constexpr float kLaneLabelWidth = 56.0f;
 inline constexpr float kTensorGap = 18.0f;    // between tensors in the shard panel
 inline constexpr float kLabelHeight = 16.0f;  // one line of text
+inline constexpr float kCharWidth = 7.0f;     // Dear ImGui's default font: 7 px a character
 inline constexpr float kOutlineWidth = 2.0f;
 inline constexpr float kPanelPadding = 8.0f;
 inline constexpr int kHeatMapMaxCells = 96;  // per side; larger tensors are folded (max |x|)
