@@ -134,6 +134,29 @@ TEST(MemoryView, ChartsLieInsideThePanelAndMarkEachRanksPeak) {
   }
 }
 
+// Issue 19: at small heights the peak label covered the chart. It now sits where it covers no
+// column, or is left out (the peak line remains).
+TEST(MemoryView, ThePeakLabelCoversNoColumnAtAnyHeight) {
+  const Snapshot s = testing::snapshot_at(testing::record_run("tp", 4));
+  int labelled = 0;
+  for (const float height : {140.0f, 180.0f, 260.0f, 420.0f}) {
+    const MemoryView v = memory_view(s, 0, {900, height});
+    for (const MemoryChart& c : v.charts) {
+      for (const Label& l : c.labels) {
+        if (l.text.rfind("peak ", 0) != 0) continue;
+        ++labelled;
+        const float x1 = l.x + static_cast<float>(l.text.size()) * theme::kCharWidth;
+        EXPECT_LE(x1, c.frame.x1 + 0.5f);
+        for (const auto& [r, color] : c.segments) {
+          const bool apart = r.x1 <= l.x || x1 <= r.x0 || r.y0 >= l.y + theme::kLabelHeight;
+          ASSERT_TRUE(apart) << "'" << l.text << "' covers a column at height " << height;
+        }
+      }
+    }
+  }
+  EXPECT_GT(labelled, 4) << "no peak labelled at the larger sizes";
+}
+
 TEST(MemoryView, ASyntheticTraceFoldsToAtMostOneColumnPerPixel) {
   const TraceFile t = synthetic_trace(8, 100000, 3);
   const Snapshot s = testing::snapshot_at(t);

@@ -51,6 +51,22 @@ TEST(Replay, RefusesAConfigWithFieldsOfTheWrongType) {
     EXPECT_NE(std::string(e.what()).find("field 'degree' must be an integer in [1, 2147483647]"),
               std::string::npos)
         << e.what();
+    const std::string what = e.what(), file = t.source + ":";
+    EXPECT_EQ(what.find(file, what.find(file) + 1), std::string::npos) << "named twice: " << what;
+  }
+}
+
+// Found with issue 19: a config that fails validation was "otherData.config: ...", without the
+// file; every other trace error starts with the file.
+TEST(Replay, AnInvalidConfigNamesTheFile) {
+  TraceFile t = record_run("tp", 2);
+  t.source = "cut.json";
+  t.meta.config["seq"] = -1;
+  try {
+    Replay r(t);
+    FAIL() << "expected TraceFormatError";
+  } catch (const TraceFormatError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cut.json: otherData.config: ", 0), 0u) << e.what();
   }
 }
 
@@ -122,6 +138,50 @@ TEST(Replay, SnapshotNotesThatATraceHasNoValues) {
   EXPECT_TRUE(s.tensors.empty());
   EXPECT_NE(s.check_note.find("shardscope check"), std::string::npos);
   EXPECT_EQ(s.events.size(), s.total_events);
+}
+
+// Issue 19: a trace cut in half (still valid JSON) was replayed to its end and shown "finished".
+TEST(Replay, ATraceCutShortIsNotFinishedAndSaysWhy) {
+  TraceFile t = record_run("tp", 2, 2);
+  ASSERT_TRUE(testing::snapshot_at(t).finished);
+  EXPECT_EQ(testing::snapshot_at(t).warning, "");
+  t.events.resize(t.events.size() / 2);
+  Replay r(t);
+  EXPECT_NE(r.snapshot().warning, "");  // from the first frame, not only at the end
+  while (r.run_continue()) {
+  }
+  const Snapshot s = r.snapshot();
+  EXPECT_FALSE(s.finished);
+  EXPECT_NE(s.warning.find("cut short"), std::string::npos) << s.warning;
+  for (const RankStatus& st : s.status) {
+    EXPECT_NE(st.state, RankStatus::State::finished) << st.where;
+    EXPECT_EQ(st.where.find("finished"), std::string::npos) << st.where;
+    EXPECT_NE(st.where.find("the trace ends here"), std::string::npos) << st.where;
+  }
+}
+
+// One rank's last events cut off, in the run's last step: the ranks' slice counts differ.
+TEST(Replay, ATraceWithOneRankCutShortSaysWhich) {
+  TraceFile t = record_run("tp", 2);
+  for (std::size_t i = t.events.size(); i-- > 0;) {
+    if (t.events[i].rank == 1 && t.events[i].kind == TraceEventKind::collective) {
+      t.events.erase(t.events.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  const std::string note = incomplete_trace_note(t);
+  EXPECT_NE(note.find("rank 1 has"), std::string::npos) << note;
+  EXPECT_FALSE(testing::snapshot_at(t).finished);
+}
+
+// A trace that hit the recorder's bound says how many events it lost and from which step.
+TEST(Replay, ATraceWithDroppedEventsSaysHowManyFromWhichStep) {
+  TraceFile t = record_run("tp", 2);
+  t.meta.dropped_events = 1234;
+  t.meta.first_dropped_step = 0;
+  const Snapshot s = testing::snapshot_at(t);
+  EXPECT_FALSE(s.finished);
+  EXPECT_NE(s.warning.find("1234 events dropped from step 0"), std::string::npos) << s.warning;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "tests/viz/viz_testing.h"
 #include "viz/model/source.h"
+#include "viz/model/view_model.h"
 
 namespace shardscope::viz {
 namespace {
@@ -48,6 +49,20 @@ TEST(LiveSource, StartsWithEveryRankPausedBeforeTheFirstOp) {
     EXPECT_EQ(t.local[0].size(), 4u * 2 * 32);
   }
   EXPECT_TRUE(saw_input);
+}
+
+// A live run past the recorder's bound says so, as a replay of its trace would.
+TEST(LiveSource, SaysWhenTheRecorderDroppedEvents) {
+  RunOptions o = live_options("tp", 2);
+  o.trace_events = 150;  // about 100 are recorded before the first op
+  auto source = make_live_source(o);
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  EXPECT_EQ(source->snapshot().warning, "");
+  run_script(*source, "next-collective 3", kLimit);
+  const Snapshot s = source->snapshot();
+  EXPECT_NE(s.warning.find("events dropped from step 0 (the recorder keeps the first 150)"),
+            std::string::npos)
+      << s.warning;
 }
 
 TEST(LiveSource, NextCollectiveStopsEveryRankAtTheAllGatherBeforeQkv) {
@@ -181,17 +196,40 @@ TEST(LiveSource, TheTimelineLeavesOutTimeSpentPaused) {
   EXPECT_LT(s.now_us, 1.5e6) << "the pause is on the timeline";
 }
 
-TEST(LiveSource, FinishedRanksSayWhereTheyLastStopped) {
-  auto source = make_live_source(live_options("tp", 2));
+// Issue 19: a finished rank repeated its last stop ("step 0, forward", the op it was paused at
+// before `continue`); it now says it finished with its final loss, and the shard panel keeps the
+// layout of its last op in the layer instead of going blank.
+TEST(LiveSource, FinishedRanksSayFinishedWithTheirFinalLoss) {
+  const RunOptions o = live_options("tp", 2);
+  std::ostringstream printed;
+  const double loss = run_layer(o, printed).rank0.steps.back().loss;  // the same run, unpaused
+  auto source = make_live_source(o);
   ASSERT_TRUE(source->wait_idle(kLimit));
   run_script(*source, "step; continue", kLimit);
   const Snapshot s = source->snapshot();
   ASSERT_TRUE(s.finished) << s.error;
   for (const RankStatus& st : s.status) {
     EXPECT_EQ(st.state, RankStatus::State::finished);
-    EXPECT_NE(st.where.find("finished; last stop"), std::string::npos) << st.where;
+    ASSERT_TRUE(st.final_loss.has_value()) << st.where;
+    EXPECT_DOUBLE_EQ(*st.final_loss, loss);
+    EXPECT_EQ(st.step, 1);
+    EXPECT_NE(st.where.find("finished after 2 steps, final loss "), std::string::npos) << st.where;
+    EXPECT_EQ(st.where.find("forward"), std::string::npos) << st.where;
+    EXPECT_EQ(st.summary, "") << "no step and phase line under a finished rank";
+    const ShardView v = shard_view(s, st.rank, {600, 400});
+    EXPECT_FALSE(v.tensors.empty()) << "the shard panel went blank";
+    EXPECT_NE(v.title.find("backward"), std::string::npos) << v.title;
   }
   EXPECT_FALSE(s.tensors.empty()) << "the values copied at the last stop are kept";
+}
+
+TEST(LiveSource, PausedRanksSayTheirStepAndPhase) {
+  auto source = make_live_source(live_options("tp", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  for (const RankStatus& st : source->snapshot().status) {
+    EXPECT_EQ(st.summary, "step 0, forward");
+    EXPECT_FALSE(st.final_loss.has_value());
+  }
 }
 
 }  // namespace

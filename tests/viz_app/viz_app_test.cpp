@@ -2,6 +2,7 @@
 // written as PNG and read back. The checks look at pixels: the image has the size asked for,
 // every panel has drawn content, and the shard panel shows every rank's colour.
 #include <gtest/gtest.h>
+#include <imgui.h>
 #include <stb_image.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -17,7 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/run.h"
+#include "viz/app/panels.h"
 #include "viz/app/viz_main.h"
+#include "viz/app/window.h"
+#include "viz/model/synthetic.h"
 #include "viz/model/theme.h"
 
 namespace shardscope::viz {
@@ -256,6 +261,66 @@ TEST(VizApp, AMissingTraceIsExitCodeOneNamingTheFile) {
                         "--headless",     "--screenshot", "x.png"};
   EXPECT_EQ(viz_main(6, argv, out, err), 1);
   EXPECT_NE(err.str().find("/nonexistent/trace.json"), std::string::npos) << err.str();
+}
+
+// Issue 19: "shardscope-viz: shardscope-viz: cannot open a display": the window's error carried
+// the program's name and main added it again. Every error line names the program once.
+TEST(VizApp, NoDisplayIsExitCodeOneNamingTheProgramOnce) {
+  const char* display = std::getenv("DISPLAY");
+  const std::string saved = display ? display : "";
+  unsetenv("DISPLAY");
+  std::ostringstream out, err;
+  const char* argv[] = {"shardscope-viz", "--synthetic",  "2,100",
+                        "--headless",     "--screenshot", "x.png"};
+  const int code = viz_main(6, argv, out, err);
+  if (display) setenv("DISPLAY", saved.c_str(), 1);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(err.str().find("shardscope-viz: cannot open a display"), std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("shardscope-viz: shardscope-viz"), std::string::npos) << err.str();
+}
+
+// Issue 19: keyboard shortcuts. A key press (io.KeysDown by GLFW key code, as the backend sets
+// it) runs the same command as its button, and 'h' shows and hides the keys' overlay.
+TEST(VizApp, KeysStepTheRunAndHShowsTheKeys) {
+  const std::unique_ptr<Source> source = make_replay_source(synthetic_trace(2, 2000, 1));
+  Window window("keys", 800, 600, true);
+  VizUi ui(*source);
+  Image image;
+  auto frame = [&](int key) {
+    ImGuiIO& io = ImGui::GetIO();
+    if (key) io.KeysDown[key] = true;  // GLFW_KEY_S is 'S'
+    window.begin_frame();
+    ui.frame(800, 600);
+    window.end_frame(&image);
+    if (key) io.KeysDown[key] = false;
+  };
+  frame(0);
+  frame(0);
+  const std::size_t before = ui.snapshot().events.size();
+  const Image plain = image;
+  frame('S');
+  frame(0);
+  EXPECT_GT(ui.snapshot().events.size(), before) << "'s' did not step";
+  const std::size_t stepped = ui.snapshot().events.size();
+  frame('X');  // no command
+  frame(0);
+  EXPECT_EQ(ui.snapshot().events.size(), stepped);
+  EXPECT_FALSE(ui.state().help);
+  frame('H');
+  EXPECT_TRUE(ui.state().help);
+  frame(0);
+  // The overlay sits in the middle of the window, over the panels.
+  std::size_t differ = 0;
+  for (int y = 260; y < 340; ++y) {
+    for (int x = 300; x < 500; ++x) {
+      const std::size_t i = (static_cast<std::size_t>(y) * 800 + static_cast<std::size_t>(x)) * 4;
+      differ += image.rgba[i] != plain.rgba[i] || image.rgba[i + 1] != plain.rgba[i + 1];
+    }
+  }
+  EXPECT_GT(differ, 2000u) << "no overlay drawn";
+  frame('H');
+  EXPECT_FALSE(ui.state().help);
 }
 
 }  // namespace

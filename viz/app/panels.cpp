@@ -1,18 +1,23 @@
 // The panels: ImGui calls only. Every shape comes from the view model; this file picks the
 // panel rectangles, turns view-model coordinates into screen coordinates and handles input.
 //
-// Index: layout | Controls | Shard layout | Tensor inspector | Collectives |
+// Index: layout | Keys and the help overlay | Controls | Shard layout | Tensor inspector |
+// Collectives |
 //        Memory | Check
 #include "viz/app/panels.h"
 
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
 #include <imgui.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
 #include "autograd/errors.h"
 #include "viz/app/draw.h"
+#include "viz/model/controls.h"
 
 namespace shardscope::viz {
 
@@ -62,6 +67,48 @@ void VizUi::frame(float width, float height) {
   collectives({left, top, width, low});
   memory({left, low, std::floor(width * 0.72f), height});
   check({std::floor(width * 0.72f), low, width, height});
+  keys();
+  if (state_.help) help_overlay(width, height);
+}
+
+// ---- Keys and the help overlay -----------------------------------------------------------------
+
+void VizUi::keys() {
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.WantTextInput) return;  // typing a breakpoint
+  // With ImGui 1.86's GLFW backend, io.KeysDown is indexed by GLFW key codes: a letter's is its
+  // uppercase ASCII (GLFW_KEY_A is 'A'), '/' is GLFW_KEY_SLASH.
+  static_assert(GLFW_KEY_A == 'A' && GLFW_KEY_Z == 'Z', "GLFW letter keys are uppercase ASCII");
+  const bool idle = source_.idle();
+  for (const Control& c : viz::controls()) {
+    if (ImGui::IsKeyPressed(std::toupper(static_cast<unsigned char>(c.key)), false) &&
+        command_enabled(c.command, idle, snapshot_)) {
+      state_.message.clear();
+      run_command(source_, c.command);
+    }
+  }
+  const int help = std::toupper(static_cast<unsigned char>(kHelpKey));
+  if (ImGui::IsKeyPressed(help, false) ||
+      (io.KeyShift && ImGui::IsKeyPressed(GLFW_KEY_SLASH, false))) {
+    state_.help = !state_.help;
+  }
+  if (state_.help && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) {
+    state_.help = false;
+  }
+}
+
+void VizUi::help_overlay(float width, float height) {
+  ImGui::SetNextWindowPos(ImVec2(width * 0.5f, height * 0.5f), ImGuiCond_Always,
+                          ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowBgAlpha(0.92f);
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_AlwaysAutoResize | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings;
+  bool open = true;
+  if (ImGui::Begin("Keys", &open, flags)) {
+    for (const std::string& line : help_lines()) ImGui::TextUnformatted(line.c_str());
+  }
+  ImGui::End();
+  if (!open) state_.help = false;
 }
 
 std::optional<std::size_t> VizUi::selected_collective() const {
@@ -117,25 +164,19 @@ void VizUi::controls(const Rect& r) {
                        static_cast<long long>(snapshot_.config.heads));
     ImGui::Separator();
     const bool idle = source_.idle();
-    auto command = [&](const char* label, void (Source::*fn)()) {
-      if (ImGui::Button(label)) {
+    // The buttons and their keys come from one table (viz/model/controls.h): two a row.
+    const std::vector<Control>& table = viz::controls();
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const Control& c = table[i];
+      if (i % 2 == 1 || i == table.size() - 1) ImGui::SameLine();
+      ImGui::BeginDisabled(!command_enabled(c.command, idle, snapshot_));
+      const std::string label = c.button + " (" + c.key + ")";
+      if (ImGui::Button(label.c_str())) {
         state_.message.clear();
-        (source_.*fn)();
+        run_command(source_, c.command);
       }
-    };
-    ImGui::BeginDisabled(!idle || snapshot_.finished);
-    command("Step op", &Source::step_op);
-    ImGui::SameLine();
-    command("Next collective", &Source::next_collective);
-    command("Step layer", &Source::step_layer);
-    ImGui::SameLine();
-    command("Continue", &Source::run_continue);
-    ImGui::EndDisabled();
-    ImGui::SameLine();
-    ImGui::BeginDisabled(idle || !snapshot_.live);
-    command("Pause", &Source::pause);
-    ImGui::EndDisabled();
-
+      ImGui::EndDisabled();
+    }
     ImGui::SetNextItemWidth(-60);
     ImGui::InputTextWithHint("##break", "op | scope/op | layer N | phase backward",
                              state_.breakpoint, sizeof state_.breakpoint);
@@ -150,9 +191,16 @@ void VizUi::controls(const Rect& r) {
       }
     }
     if (ImGui::SmallButton("Clear breakpoints")) source_.clear_breakpoints();
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Keys (h)")) state_.help = !state_.help;
     if (!state_.message.empty()) ImGui::TextWrapped("%s", state_.message.c_str());
     if (!snapshot_.error.empty()) {
       ImGui::TextColored(to_float4(theme::kFailed), "%s", snapshot_.error.c_str());
+    }
+    if (!snapshot_.warning.empty()) {
+      ImGui::PushStyleColor(ImGuiCol_Text, to_float4(theme::kWarning));
+      ImGui::TextWrapped("incomplete trace: %s", snapshot_.warning.c_str());
+      ImGui::PopStyleColor();
     }
     ImGui::Separator();
     ImGui::Text("Ranks (click one to show its op)");
@@ -163,8 +211,9 @@ void VizUi::controls(const Rect& r) {
       std::snprintf(label, sizeof label, "rank %d: %s", st.rank, rank_state_name(st.state));
       if (ImGui::Selectable(label, state_.rank == st.rank)) state_.rank = st.rank;
       ImGui::PopStyleColor();
-      ImGui::TextColored(to_float4(theme::kTextDim), "step %lld, %s",
-                         static_cast<long long>(st.step), phase_name(st.phase));
+      if (!st.summary.empty()) {
+        ImGui::TextColored(to_float4(theme::kTextDim), "%s", st.summary.c_str());
+      }
       ImGui::TextWrapped("%s", st.where.c_str());
       ImGui::PopID();
     }
@@ -327,16 +376,11 @@ void VizUi::collectives(const Rect& r) {
         ImGui::TableNextColumn();
         ImGui::Text("%s %s %s", row.kind.c_str(), row.phase.c_str(), row.purpose.c_str());
         ImGui::TableNextColumn();
-        ImGui::Text("%d/%d", row.calls, row.model_calls);
+        ImGui::TextUnformatted(row.calls_text.c_str());
         ImGui::TableNextColumn();
         ImGui::Text("%s", byte_size_text(row.bytes).c_str());
         ImGui::TableNextColumn();
-        // Short of the model while the step is still running is pending, not wrong.
-        const bool pending = !row.matches && row.calls < row.model_calls && !snapshot_.finished;
-        ImGui::TextColored(to_float4(row.matches ? theme::kPassed
-                                     : pending   ? theme::kPending
-                                                 : theme::kFailed),
-                           "%s", byte_size_text(row.model_bytes).c_str());
+        ImGui::TextColored(to_float4(row.model_color), "%s", row.model_text.c_str());
       }
       ImGui::EndTable();
     }

@@ -38,6 +38,7 @@ struct UiState {
   int tensor_rank = -1;                 // -1: the full tensor; else that rank's shard
   char breakpoint[96] = {};             // the text of the breakpoint being typed
   std::string message;                  // the last command's error, shown in Controls
+  bool help = false;                    // the keys' overlay is shown
 };
 
 class VizUi {
@@ -64,6 +65,8 @@ class VizUi {
   std::optional<std::size_t> selected_collective() const;  // the clicked one, else the latest
   // Wheel zooms the timeline around the mouse, right-drag pans it, double-click shows it all.
   void zoom_and_pan(const TimelineView& v, float mouse_x, float width);
+  void keys();  // the controls' keyboard shortcuts and the help key
+  void help_overlay(float width, float height);
   void controls(const Rect& r);
   void shard_layout(const Rect& r);
   void tensor_inspector(const Rect& r);

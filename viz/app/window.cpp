@@ -34,7 +34,7 @@ Window::Window(const std::string& title, int width, int height, bool headless) :
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
     delete impl_;
-    throw Error("shardscope-viz: cannot open a display (" + glfw_error +
+    throw Error("cannot open a display (" + glfw_error +
                 "); on a machine without one run it under xvfb-run, or use scripts/viz.sh");
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
@@ -45,9 +45,8 @@ Window::Window(const std::string& title, int width, int height, bool headless) :
   if (!impl_->window) {
     glfwTerminate();
     delete impl_;
-    throw Error("shardscope-viz: cannot create a " + std::to_string(width) + "x" +
-                std::to_string(height) + " window with an OpenGL 3.3 core context (" + glfw_error +
-                ")");
+    throw Error("cannot create a " + std::to_string(width) + "x" + std::to_string(height) +
+                " window with an OpenGL 3.3 core context (" + glfw_error + ")");
   }
   glfwMakeContextCurrent(impl_->window);
   glfwSwapInterval(headless ? 0 : 1);

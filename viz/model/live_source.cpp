@@ -2,11 +2,13 @@
 // reference the Check panel compares with.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "apps/live_session.h"
 #include "io/manifest.h"
 #include "io/trace_recorder.h"
 #include "parallel/collective_ops.h"
+#include "viz/model/replay.h"
 #include "viz/model/source.h"
 
 namespace shardscope::viz {
@@ -24,6 +26,7 @@ TraceOptions trace_options(const RunOptions& o, const LiveSession& session) {
   t.config["steps"] = o.spec.steps;
   t.config["comm"] = "threads";
   t.config["keep_gathered_input"] = o.spec.keep_gathered_input;
+  t.max_events = o.trace_events;
   t.clock = [&session] { return session.active_now(); };  // time while the ranks move
   return t;
 }
@@ -83,6 +86,7 @@ class LiveSource final : public Source {
   void copy_values();
   void refresh_checks(Snapshot& s);
   void check_output();
+  void finished_status(int rank, RankStatus& st) const;
 
   // The session only keeps the recorder's address until start(); the recorder reads the
   // session's active clock. The destructor ends the run before either goes.
@@ -204,6 +208,22 @@ void LiveSource::refresh_checks(Snapshot& s) {
   }
 }
 
+// A finished rank: its run's step count and final loss, where it was last paused no longer
+// being where it is. Its op fields stay empty: the shard panel shows its last op in the layer.
+void LiveSource::finished_status(int rank, RankStatus& st) const {
+  st.where = "finished";
+  const std::optional<RankRun> run = session_.result(rank);
+  if (!run || run->steps.empty()) return;
+  const std::size_t steps = run->steps.size();
+  st.step = static_cast<std::int64_t>(steps) - 1;
+  st.phase = Phase::backward;
+  st.final_loss = run->steps.back().loss;
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.6g", *st.final_loss);
+  st.where = "finished after " + std::to_string(steps) + (steps == 1 ? " step" : " steps") +
+             ", final loss " + loss;
+}
+
 Snapshot LiveSource::snapshot() {
   refresh_events();
   Snapshot s;
@@ -227,6 +247,8 @@ Snapshot LiveSource::snapshot() {
   s.total_events = s.events.size();
   s.finished = session_.all_finished();
   s.error = session_.error();
+  s.warning = dropped_events_note(recorder_.meta());
+  if (!s.warning.empty()) s.warning += ": the timeline and memory charts stop there";
   for (int r = 0; r < s.ranks; ++r) {
     RankStatus st;
     st.rank = r;
@@ -252,13 +274,12 @@ Snapshot LiveSource::snapshot() {
       }
     }
     if (st.state == LiveSession::RankState::finished) {
-      st.step = last ? last->step : 0;
-      st.phase = last ? last->phase : Phase::forward;
-      st.where = last ? "finished; last stop: " + last->str() : "finished";
+      finished_status(r, st);
     } else if (st.state == LiveSession::RankState::running && stop) {
       st.where = "running since " + stop->str();
     }
     if (st.where.empty()) st.where = rank_state_name(st.state);
+    if (st.state != LiveSession::RankState::finished) st.summary = step_phase_text(st);
     s.status.push_back(std::move(st));
   }
   copy_values();

@@ -12,8 +12,6 @@
 namespace shardscope::viz {
 namespace {
 
-constexpr float kCharWidth = 7.0f;  // Dear ImGui's default font: 7 px a character
-
 std::uint64_t total_of(const TraceEvent& e) {
   std::uint64_t total = 0;
   for (std::uint64_t b : e.memory) total += b;
@@ -96,6 +94,32 @@ void stack_columns(const std::vector<Sample>& counters, const std::vector<std::p
   }
 }
 
+// The peak's label at height `y`, as far right as it covers no column of the chart (at small
+// heights the columns fill the frame: then it is left out, the peak line still drawn).
+void label_peak(const Rect& f, float y, MemoryChart& chart) {
+  const std::string text = "peak " + byte_size_text(chart.peak_bytes);
+  const float width = static_cast<float>(text.size()) * theme::kCharWidth;
+  // Each pixel column's top (the highest segment over it), from the frame's left.
+  const std::size_t columns = static_cast<std::size_t>(std::max(0.0f, std::ceil(f.width())));
+  std::vector<float> top(columns, f.y1);
+  for (const auto& [r, color] : chart.segments) {
+    const auto a = static_cast<std::size_t>(std::max(0.0f, std::floor(r.x0 - f.x0)));
+    const auto b = static_cast<std::size_t>(std::max(0.0f, std::ceil(r.x1 - f.x0)));
+    for (std::size_t c = a; c < std::min(b, columns); ++c) top[c] = std::min(top[c], r.y0);
+  }
+  const float bottom = y + theme::kLabelHeight;
+  const auto span = static_cast<std::size_t>(std::ceil(width + 2));
+  if (span > columns) return;
+  std::size_t clear = 0;  // free columns ending at c, scanning from the right
+  for (std::size_t c = columns; c-- > 0;) {
+    clear = top[c] >= bottom ? clear + 1 : 0;
+    if (clear >= span) {
+      chart.labels.push_back({f.x0 + static_cast<float>(c) + 1, y, text, theme::kPeak});
+      return;
+    }
+  }
+}
+
 // The peak total: a line across the frame at its height, a mark where it happened, its label.
 void mark_peak(const std::vector<Sample>& counters, const ChartScale& scale, MemoryChart& chart) {
   const Sample* peak = nullptr;
@@ -114,10 +138,7 @@ void mark_peak(const std::vector<Sample>& counters, const ChartScale& scale, Mem
   const float x = std::clamp(f.x0 + static_cast<float>(at) * f.width(), f.x0, f.x1);
   chart.peaks.push_back({f.x0, y, f.x1, y, theme::kPeak, 1.0f, false});
   chart.peaks.push_back({x, y, x, f.y1, theme::kPeak, 1.0f, false});
-  const std::string text = "peak " + byte_size_text(chart.peak_bytes);
-  const float width = static_cast<float>(text.size()) * kCharWidth;
-  chart.labels.push_back({std::max(f.x0, f.x1 - width - 2), std::max(f.y0, y - theme::kLabelHeight),
-                          text, theme::kPeak});
+  label_peak(f, std::max(f.y0, y - theme::kLabelHeight), chart);
 }
 
 MemoryChart chart_of(const std::vector<Sample>& counters, int rank, const Rect& frame,
@@ -197,7 +218,7 @@ MemoryView memory_view(const Snapshot& s, int rank, PanelSize size) {
     const auto category = static_cast<MemoryCategory>(c);
     const std::string name = memory_category_name(category);
     v.legend.push_back({x, pad, name, theme::memory_color(category)});
-    x += static_cast<float>(name.size() + 2) * kCharWidth;
+    x += static_cast<float>(name.size() + 2) * theme::kCharWidth;
   }
   const std::vector<int> ranks = chart_ranks(s);
   // One pass over the events: each rank's counters, their time span (to the cursor: one axis for

@@ -2,6 +2,7 @@
 #include "viz/model/replay.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "io/manifest.h"
@@ -15,13 +16,18 @@ LayerConfig config_of_trace(const TraceFile& trace) {
                            ": otherData.config holds no layer configuration (expected mode, "
                            "degree, seq, batch, hidden, heads as `shardscope run --trace` writes)");
   }
+  LayerConfig c;
   try {
-    LayerConfig c = layer_config_from_json(j, trace.source);
-    c.validate();
-    return c;
+    c = layer_config_from_json(j, trace.source);  // its errors name the file and the field
   } catch (const Error& e) {
-    throw TraceFormatError(std::string("otherData.config: ") + e.what());
+    throw TraceFormatError(e.what());
   }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw TraceFormatError(trace.source + ": otherData.config: " + e.what());
+  }
+  return c;
 }
 
 Replay::Replay(TraceFile trace) : trace_(std::move(trace)), config_(config_of_trace(trace_)) {
@@ -136,6 +142,54 @@ Snapshot Replay::snapshot() const {
   return snapshot_of_trace(trace_, config_, keep_gathered_input_, pos_);
 }
 
+// "step 1 of a 2-step run": the config's step count, when the trace records it.
+std::optional<std::int64_t> steps_of_trace(const TraceFile& trace) {
+  const nlohmann::json& j = trace.meta.config;
+  if (!j.is_object() || !j.contains("steps") || !j.at("steps").is_number_integer()) return {};
+  return j.at("steps").get<std::int64_t>();
+}
+
+std::string dropped_events_note(const TraceMeta& m) {
+  if (m.dropped_events == 0) return "";
+  return std::to_string(m.dropped_events) + " events dropped from step " +
+         std::to_string(m.first_dropped_step) + " (the recorder keeps the first " +
+         std::to_string(m.max_events) + ")";
+}
+
+std::string incomplete_trace_note(const TraceFile& trace) {
+  const TraceMeta& m = trace.meta;
+  if (m.dropped_events > 0) {
+    return dropped_events_note(m) + ": the trace ends there, not at the run's end";
+  }
+  // Per rank: its last step, and its op and collective slices (every rank runs the same ones).
+  std::map<int, std::pair<std::int64_t, std::size_t>> by_rank;
+  for (int rank : m.ranks) by_rank[rank] = {-1, 0};
+  for (const TraceEvent& e : trace.events) {
+    auto& [step, slices] = by_rank[e.rank];
+    step = std::max(step, e.step);
+    if (e.kind == TraceEventKind::op || e.kind == TraceEventKind::collective) ++slices;
+  }
+  const std::optional<std::int64_t> steps = steps_of_trace(trace);
+  for (const auto& [rank, last] : by_rank) {
+    if (steps && last.first < *steps - 1) {
+      return "rank " + std::to_string(rank) + "'s events end in step " +
+             std::to_string(last.first) + " of a " + std::to_string(*steps) +
+             "-step run: the trace is cut short";
+    }
+  }
+  const auto most = std::max_element(by_rank.begin(), by_rank.end(), [](auto& a, auto& b) {
+    return a.second.second < b.second.second;
+  });
+  for (const auto& [rank, last] : by_rank) {
+    if (last.second < most->second.second) {
+      return "rank " + std::to_string(rank) + " has " + std::to_string(last.second) +
+             " op and collective slices, rank " + std::to_string(most->first) + " " +
+             std::to_string(most->second.second) + ": the trace is cut short";
+    }
+  }
+  return "";
+}
+
 Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
                            bool keep_gathered_input, const std::vector<std::size_t>& visible) {
   const std::vector<int>& ranks = trace.meta.ranks;
@@ -147,6 +201,8 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
   s.ranks = static_cast<int>(ranks.size());
   s.total_events = trace.events.size();
   s.check_note = "a trace holds no tensor values: compare dumps with `shardscope check`";
+  s.warning = incomplete_trace_note(trace);
+  const bool complete = s.warning.empty();
   std::vector<std::size_t> seen(ranks.size(), 0), total(ranks.size(), 0);
   std::vector<const TraceEvent*> last(ranks.size(), nullptr);  // last op or collective passed
   auto index_of = [&](int rank) {
@@ -165,7 +221,9 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     RankStatus st;
     st.rank = ranks[r];
-    const bool done = seen[r] == total[r];
+    // An incomplete trace's end is not the run's: its ranks stay at their last event.
+    const bool at_end = seen[r] == total[r];
+    const bool done = at_end && complete;
     s.finished = s.finished && done;
     if (done) {
       st.state = RankStatus::State::finished;
@@ -192,6 +250,10 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
       }
     }
     if (done) st.where = "finished" + (st.where.empty() ? "" : ", last " + st.where);
+    if (!done) st.summary = step_phase_text(st);
+    if (at_end && !complete) {
+      st.where = "the trace ends here" + (st.where.empty() ? "" : ", " + st.where);
+    }
     s.status.push_back(std::move(st));
   }
   return s;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "autograd/debugger.h"
@@ -58,6 +59,13 @@ class Replay {
   std::vector<std::size_t> pos_;                   // per rank: how many of them have happened
   std::vector<Breakpoint> breakpoints_;
 };
+
+// "1234 events dropped from step 3 (the recorder keeps the first 2000000)", or "" when none were.
+std::string dropped_events_note(const TraceMeta& meta);
+// Why `trace` ends before its run did, or "" when it does not look cut short: events dropped at
+// the recorder's bound (otherData.dropped_events, first_dropped_step), a rank whose events end
+// before the last of config.steps, or a rank with fewer op and collective slices than another.
+std::string incomplete_trace_note(const TraceFile& trace);
 
 // A snapshot of `trace` where, for each rank (meta.ranks order), the first visible[i] of its
 // events have happened.

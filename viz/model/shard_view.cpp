@@ -34,6 +34,18 @@ const TraceEvent* last_event(const Snapshot& s, int rank) {
   return nullptr;
 }
 
+// The rank's last op or collective in one of the layer's modules (not the check's after them).
+const TraceEvent* last_module_event(const Snapshot& s, int rank) {
+  for (auto it = s.events.rbegin(); it != s.events.rend(); ++it) {
+    if (it->rank == rank &&
+        (it->kind == TraceEventKind::op || it->kind == TraceEventKind::collective) &&
+        has_module_layout(it->scope)) {
+      return &*it;
+    }
+  }
+  return nullptr;
+}
+
 std::string title_of(const Snapshot& s, const RankStatus& st) {
   const std::string at = st.scope.empty() ? st.op
                          : st.op.empty()  ? st.scope
@@ -41,7 +53,9 @@ std::string title_of(const Snapshot& s, const RankStatus& st) {
   std::string title = at + " " + phase_name(st.phase);
   if (!st.placement.empty()) title += ": " + st.placement;
   const TraceEvent* e = last_event(s, st.rank);
-  if (e && e->kind == TraceEventKind::collective) {
+  if (st.state == RankStatus::State::finished) {
+    title = "finished; last: " + title;
+  } else if (e && e->kind == TraceEventKind::collective) {
     title += std::string(" (in ") + collective_name(e->collective) + ")";
   }
   return title;
@@ -187,9 +201,21 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
          " ranks)");
     return v;
   }
+  RankStatus at_end;
   if (st->state == RankStatus::State::finished) {
-    note("rank " + std::to_string(rank) + " has finished its run");
-    return v;
+    // The layout of its last op in the layer's modules, rather than a blank panel.
+    const TraceEvent* e = last_module_event(s, rank);
+    note("rank " + std::to_string(rank) + " has finished its run" + (e ? "; its last op:" : ""));
+    if (!e) return v;
+    at_end.rank = rank;
+    at_end.state = RankStatus::State::finished;
+    at_end.op = e->op;
+    at_end.scope = e->scope;
+    at_end.phase = e->phase;
+    at_end.step = e->step;
+    at_end.placement = e->placement;
+    at_end.inputs = e->inputs;
+    st = &at_end;
   }
   if (st->op.empty() && st->scope.empty()) {
     note("no op yet: rank " + std::to_string(rank) + " has not started");

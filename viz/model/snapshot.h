@@ -32,7 +32,15 @@ struct RankStatus {
   std::uint64_t seq = 0;
   std::vector<std::string> inputs;  // its input shapes, "[4, 2, 32]" (as in TraceEvent)
   std::string placement;            // a parallel op's "Shard(0) -> Shard(2)", else empty
+  // The line under the rank's state: "step 0, forward"; empty once finished (`where` then says
+  // "finished after 2 steps, final loss 1.0312").
+  std::string summary;
+  std::optional<double> final_loss;  // a finished live rank's last step's loss
 };
+// "step 0, forward": the summary of a rank that has not finished.
+inline std::string step_phase_text(const RankStatus& st) {
+  return "step " + std::to_string(st.step) + ", " + phase_name(st.phase);
+}
 inline const char* rank_state_name(RankStatus::State s) {  // "not started", "running", ...
   return live_rank_state_name(s);
 }
@@ -75,6 +83,9 @@ struct Snapshot {
   std::string check_note;  // why checks are missing ("a trace holds no tensor values"), or ""
   bool finished = false;   // every rank has finished (or the replay is at its end)
   std::string error;       // a rank's failure, or ""
+  // What the source may be missing, shown beside the controls: a trace cut short (events dropped
+  // at the recorder's bound, or a file that ends mid-run), or "".
+  std::string warning;
 };
 
 }  // namespace shardscope::viz

@@ -238,6 +238,55 @@ std::vector<Flow> flows_of(const TraceEvent& e, std::size_t n) {
   return flows;
 }
 
+Rect label_box(const Label& l) {
+  return {l.x, l.y, l.x + static_cast<float>(l.text.size()) * theme::kCharWidth,
+          l.y + theme::kLabelHeight};
+}
+
+bool overlap(const Rect& a, const Rect& b) {
+  return a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+}
+
+// Labels that would overlap one kept before them fold into it: "48.0 KiB (3 arrows)" when they
+// say the same, "48.0 KiB (+2 more)" otherwise. Repeated until no two overlap, as a longer text
+// may reach a label it did not. Each stays left of `right` (the lanes' edge), so none is cut off.
+std::vector<Label> fold_labels(const std::vector<Label>& labels, float right) {
+  struct Kept {
+    Label label;
+    std::string text;  // the first label's
+    int arrows = 1;
+    bool same = true;
+  };
+  std::vector<Kept> kept;
+  auto clamp = [right](Label& l) {
+    l.x = std::max(0.0f,
+                   std::min(l.x, right - static_cast<float>(l.text.size()) * theme::kCharWidth));
+  };
+  for (const Label& l : labels) {
+    kept.push_back({l, l.text});
+    clamp(kept.back().label);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t i = 0; i < kept.size() && !changed; ++i) {
+      for (std::size_t j = i + 1; j < kept.size() && !changed; ++j) {
+        if (!overlap(label_box(kept[i].label), label_box(kept[j].label))) continue;
+        Kept& k = kept[i];
+        k.arrows += kept[j].arrows;
+        k.same = k.same && kept[j].same && kept[j].text == k.text;
+        k.label.text = k.text + (k.same ? " (" + std::to_string(k.arrows) + " arrows)"
+                                        : " (+" + std::to_string(k.arrows - 1) + " more)");
+        clamp(k.label);
+        kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(j));
+        changed = true;
+      }
+    }
+  }
+  std::vector<Label> out;
+  for (Kept& k : kept) out.push_back(std::move(k.label));
+  return out;
+}
+
 // Arrows between the lanes of the selected call's ranks, at the moment every rank had entered
 // it. Source i leaves at x0 + i * spacing and arrives at x0 + (j + 1/2) * spacing, so the arrows
 // i -> j and j -> i never overlap and those into one rank meet at one point.
@@ -250,6 +299,7 @@ void build_flows(const Snapshot& s, const std::vector<int>& ranks, const TimeAxi
   for (const auto& [lane, i] : calls) entered = std::max(entered, s.events[i].ts_us);
   const float span = kArrowSpacing * static_cast<float>(calls.size());
   const float x0 = std::max(axis.x0, std::min(axis.x(entered), axis.x1 - span));
+  std::vector<Label> labels;
   for (const Flow& f : flows_of(s.events[selected], calls.size())) {
     const Rect& from = v.lanes[static_cast<std::size_t>(calls[f.from].first)];
     const Rect& to = v.lanes[static_cast<std::size_t>(calls[f.to].first)];
@@ -263,10 +313,10 @@ void build_flows(const Snapshot& s, const std::vector<int>& ranks, const TimeAxi
     line.thickness = 1.5f;
     line.arrow = true;
     v.flows.push_back(line);
-    v.flow_labels.push_back({(line.x0 + line.x1) / 2 + 2.0f,
-                             (line.y0 + line.y1) / 2 - theme::kLabelHeight / 2, f.label,
-                             line.color});
+    labels.push_back({(line.x0 + line.x1) / 2 + 2.0f,
+                      (line.y0 + line.y1) / 2 - theme::kLabelHeight / 2, f.label, line.color});
   }
+  v.flow_labels = fold_labels(labels, axis.x1);
 }
 
 // Step 0's collectives of the first rank by (kind, phase, purpose), beside comm_model's lines.
@@ -279,7 +329,11 @@ std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
         return r;
       }
     }
-    rows.push_back({collective_name(k), phase_name(p), comm_purpose_name(u), 0, 0, 0, 0, true});
+    CommTotalRow row;
+    row.kind = collective_name(k);
+    row.phase = phase_name(p);
+    row.purpose = comm_purpose_name(u);
+    rows.push_back(std::move(row));
     return rows.back();
   };
   for (const TraceEvent& e : s.events) {
@@ -296,11 +350,20 @@ std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
   }
   for (CommTotalRow& r : rows) {
     // The model covers the layer's activations and parameter gradients only.
-    const bool modelled = r.purpose == comm_purpose_name(CommPurpose::activation) ||
-                          r.purpose == comm_purpose_name(CommPurpose::param_grad);
+    r.modelled = r.purpose == comm_purpose_name(CommPurpose::activation) ||
+                 r.purpose == comm_purpose_name(CommPurpose::param_grad);
     const double tolerance = 1e-9 * std::max(1.0, r.model_bytes);  // sums of ring fractions
     r.matches =
-        !modelled || (r.calls == r.model_calls && std::abs(r.bytes - r.model_bytes) <= tolerance);
+        !r.modelled || (r.calls == r.model_calls && std::abs(r.bytes - r.model_bytes) <= tolerance);
+    r.calls_text =
+        std::to_string(r.calls) + "/" + (r.modelled ? std::to_string(r.model_calls) : "-");
+    r.model_text = r.modelled ? byte_size_text(r.model_bytes) : "no model";
+    // Short of the model while the step is still running is pending, not wrong.
+    const bool pending = !r.matches && r.calls < r.model_calls && !s.finished;
+    r.model_color = !r.modelled ? theme::kTextDim
+                    : r.matches ? theme::kPassed
+                    : pending   ? theme::kPending
+                                : theme::kFailed;
   }
   return rows;
 }

@@ -105,7 +105,13 @@ struct CommTotalRow {
   std::string kind, phase, purpose;
   int calls = 0, model_calls = 0;
   double bytes = 0, model_bytes = 0;  // per rank; model only for activation and param_grad
-  bool matches = true;
+  bool modelled = true;               // false for the loss and the check: comm_model has no line
+  bool matches = true;                // an unmodelled row never mismatches
+  // What the table shows, as `shardscope run` prints it: "3/3" calls against the model ("3/-"
+  // unmodelled), and the model's bytes ("no model" unmodelled) in model_color: passed when it
+  // matches, pending when short while the run goes on, failed otherwise, dim when unmodelled.
+  std::string calls_text, model_text;
+  Color model_color = theme::kPassed;
 };
 
 struct TimelineView {
