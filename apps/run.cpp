@@ -11,9 +11,9 @@
 #include <mutex>
 #include <optional>
 
-#include "apps/output_paths.h"
 #include "apps/load_check.h"
 #include "apps/memory_check.h"
+#include "apps/output_paths.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "io/dump.h"
