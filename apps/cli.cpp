@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/debug_session.h"
+#include "apps/edit_distance.h"
 #include "apps/report.h"
 #include "apps/run_flags.h"
 #include "autograd/errors.h"
@@ -42,22 +43,6 @@ void refuse_debug_outputs(const CLI::App& debug) {
                           "and writes no files and prints no step table");
     }
   }
-}
-
-// Levenshtein distance between two flag names.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
-    }
-  }
-  return row[b.size()];
 }
 
 // " (did you mean --degree?)" for the first unexpected "--flag" of `extras` when one of the

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "apps/edit_distance.h"
 #include "parallel/spmd.h"
 
 namespace shardscope {
@@ -35,22 +36,6 @@ Site as_site(const OpSite& s) {
   site.phase = s.phase;
   site.layer = s.layer;
   return site;
-}
-
-// Levenshtein distance: how many single-character edits turn a into b.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
 }
 
 // The names a breakpoint's op can take (op kinds, "scope/op", "scope/"), the closest to `given`
