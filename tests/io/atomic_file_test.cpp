@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+
+#include <unistd.h>
 
 namespace shardscope {
 namespace {
@@ -20,7 +23,11 @@ using ::testing::HasSubstr;
 class AtomicFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "shardscope_atomic_file_test";
+    // One folder per test and process: ctest runs these tests in parallel processes.
+    dir_ = fs::temp_directory_path() /
+           ("shardscope_atomic_file_test_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
