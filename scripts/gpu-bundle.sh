@@ -66,7 +66,8 @@ case $dir/ in "$root"/ | "$build"/*) die "DIR may not be the source tree or insi
 echo "== gpu-bundle: configure $build (Release, CUDA sm_90, MPI off, viz off, -Werror)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDSCOPE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DSHARDSCOPE_MPI=OFF -DSHARDSCOPE_VIZ=OFF \
-  -DSHARDSCOPE_WERROR=ON -DSHARDSCOPE_BUILD_TESTS=ON -DSHARDSCOPE_BUILD_BENCH=ON >/dev/null
+  -DSHARDSCOPE_WERROR=ON -DSHARDSCOPE_BUILD_TESTS=ON -DSHARDSCOPE_BUILD_BENCH=ON \
+  -DSHARDSCOPE_LIBEDIT=OFF >/dev/null
 echo "== gpu-bundle: build ${programs[*]} (-j $jobs)"
 cmake --build "$build" -j "$jobs" --target "${programs[@]}"
 
