@@ -156,11 +156,10 @@ CheckedTensors after_update(const LayerHandle& layer) {
 std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
                                       const CheckedTensors& c, const SharedReference::Slices& want,
                                       SharedReference& reference, int step) {
-  const std::size_t from = 0, to = c.names.size();
   const Tolerance tolerance = spec.tolerance.value_or(default_tolerance(spec.layer.dtype));
   constexpr std::size_t kStats = 4;
   std::vector<double> mine;
-  for (std::size_t i = from; i < to; ++i) {
+  for (std::size_t i = 0; i < c.names.size(); ++i) {
     const ElementStats e = compare_elements(c.names[i], c.got[i].local.to_vector(),
                                             want.tensors[i].to_vector(), want.scales[i], tolerance);
     mine.insert(mine.end(), {static_cast<double>(e.elements), static_cast<double>(e.failed),
@@ -174,12 +173,12 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
                       CommPurpose::check)
           .to_vector();
   std::vector<TensorCheck> out;
-  for (std::size_t i = from; i < to; ++i) {
+  for (std::size_t i = 0; i < c.names.size(); ++i) {
     const bool replicated = !c.got[i].placement.is_shard();
     ElementStats group;
     int first_failed = -1;
     for (int r = 0; r < env.world; ++r) {
-      const double* v = &all[static_cast<std::size_t>(r) * mine.size() + (i - from) * kStats];
+      const double* v = &all[static_cast<std::size_t>(r) * mine.size() + i * kStats];
       const ElementStats e{static_cast<std::int64_t>(v[0]), static_cast<std::int64_t>(v[1]), v[2],
                            v[3]};
       if (e.failed > 0 && first_failed < 0) first_failed = r;
@@ -205,9 +204,9 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
                                    env.world, tolerance.rtol, tolerance.atol * want.scales[i])
                               .text;
         if (replicated && first_failed > 0) {
-          check.diagnosis +=
-              " (rank " + std::to_string(first_failed) + "'s copy; rank 0's " +
-              std::string(all[(i - from) * kStats + 1] > 0 ? "differs too" : "is right") + ")";
+          check.diagnosis += " (rank " + std::to_string(first_failed) + "'s copy; rank 0's " +
+                             std::string(all[i * kStats + 1] > 0 ? "differs too" : "is right") +
+                             ")";
         }
       }
     }
@@ -335,6 +334,8 @@ SharedReference::Slices SharedReference::slices(const LayerRunSpec& spec, int st
     context_->set_step(step);
     previous_ = std::move(tensors_);
     tensors_ = layer_->step(*context_);
+    scales_.clear();  // once per step, not once per rank
+    for (const auto& entry : tensors_) scales_.push_back(scale_of(entry.second.to_vector()));
     step_ = step;
   }
   std::vector<std::string> have;
@@ -344,7 +345,7 @@ SharedReference::Slices SharedReference::slices(const LayerRunSpec& spec, int st
   for (std::size_t i = 0; i < names.size(); ++i) {
     const Tensor& full = tensors_[pair[i]].second;
     out.tensors.push_back(slice_of_full(full, placements[i], rank, world).copy_to(into));
-    out.scales.push_back(scale_of(full.to_vector()));
+    out.scales.push_back(scales_[pair[i]]);
   }
   return out;
 }

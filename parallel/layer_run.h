@@ -95,6 +95,7 @@ class SharedReference {
   std::unique_ptr<ReferenceLayer> layer_;
   int step_ = -1;
   std::vector<std::pair<std::string, Tensor>> tensors_;   // of step_
+  std::vector<double> scales_;                            // max |value| of each of tensors_
   std::vector<std::pair<std::string, Tensor>> previous_;  // of step_ - 1
 };
 
