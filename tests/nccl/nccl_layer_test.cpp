@@ -74,11 +74,24 @@ INSTANTIATE_TEST_SUITE_P(ParallelModes, NcclLayer,
                            return name;
                          });
 
-TEST(NcclLayer, OneDeviceRunsTheSingleLayer) {
+// One device: the single layer (the reference itself, so nothing is checked) steps as the CPU's
+// does, and tp at degree 1 (a one-rank NCCL communicator) passes its reference check.
+TEST(NcclLayer, OneDeviceRunsTheSingleLayerAndTpAtDegreeOne) {
   SHARDSCOPE_SKIP_WITHOUT_DEVICES(1);
-  const RankRun run = run_rank0(small_spec(ParallelMode::single, 1), CommKind::nccl);
-  ASSERT_TRUE(run.check.ran);
-  EXPECT_TRUE(run.check.passed);
+  const LayerRunSpec single = small_spec(ParallelMode::single, 1);
+  const RankRun nccl = run_rank0(single, CommKind::nccl);
+  const RankRun cpu = run_rank0(single, CommKind::threads);
+  EXPECT_FALSE(nccl.check.ran) << "the single layer is the reference";
+  ASSERT_EQ(nccl.steps.size(), static_cast<std::size_t>(single.steps));
+  ASSERT_EQ(cpu.steps.size(), nccl.steps.size());
+  for (std::size_t i = 0; i < nccl.steps.size(); ++i) {
+    EXPECT_NEAR(nccl.steps[i].loss, cpu.steps[i].loss, 1e-4 * std::abs(cpu.steps[i].loss))
+        << "step " << i;
+  }
+  const RankRun tp = run_rank0(small_spec(ParallelMode::tp, 1), CommKind::nccl);
+  ASSERT_TRUE(tp.check.ran);
+  EXPECT_TRUE(tp.check.passed);
+  EXPECT_GT(tp.check.steps_checked, 0);
 }
 
 }  // namespace
