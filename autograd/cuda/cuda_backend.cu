@@ -150,6 +150,27 @@ class CudaBackend final : public Backend {
   // Each thread has its own current device: make it ours before any call.
   void activate() const { SS_CUDA_CHECK(cudaSetDevice(device_)); }
 
+  // Device scratch of `count` doubles that a kernel writes in full before it is read (so no
+  // memset), freed in stream order after its last use.
+  struct Scratch {
+    CudaBackend& backend;
+    std::size_t bytes;
+    double* data;
+    Scratch(CudaBackend& b, std::int64_t count)
+        : backend(b), bytes(static_cast<std::size_t>(count) * sizeof(double)) {
+      data = static_cast<double*>(b.allocator_.allocate(bytes));
+    }
+    ~Scratch() { backend.deallocate(data, bytes); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+  };
+  // The two-pass reductions of device_kernels.cuh: out[j] = sum over rows of x[r * m + j], and
+  // *out = sum(x) / divisor (with a target, sum((x - target)^2) / divisor).
+  template <class T>
+  void column_sums(const T* x, T* out, std::int64_t rows, std::int64_t m);
+  template <class In, class Out>
+  void total(const In* x, const In* target, Out* out, std::int64_t n, double divisor);
+
   // A device copy of host class indices, freed in stream order after its last use.
   struct DeviceTargets {
     CudaBackend& backend;
@@ -395,14 +416,42 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double 
   SS_CUDA_CHECK_LAUNCH("dropout_backward");
 }
 
+// Rows per chunk of a column sum: kRowsPerChunk, or more where the chunks would pass the grid's
+// y limit (65535).
+std::int64_t rows_per_chunk(std::int64_t rows) {
+  return std::max<std::int64_t>(k::kRowsPerChunk, (rows + 65534) / 65535);
+}
+
+template <class T>
+void CudaBackend::column_sums(const T* x, T* out, std::int64_t rows, std::int64_t m) {
+  const std::int64_t chunk = rows_per_chunk(rows);
+  const std::int64_t chunks = std::max<std::int64_t>(1, (rows + chunk - 1) / chunk);
+  const Scratch partial(*this, chunks * m);
+  const dim3 grid(static_cast<unsigned>((m + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(chunks));
+  k::column_partials<T><<<grid, kThreads, 0, stream_>>>(x, partial.data, rows, m, chunk);
+  k::column_finish<T><<<grid_for(m), kThreads, 0, stream_>>>(partial.data, out, chunks, m);
+}
+
+template <class In, class Out>
+void CudaBackend::total(const In* x, const In* target, Out* out, std::int64_t n, double divisor) {
+  // Blocks of at least 16 elements a thread, at most 1024 of them (the second pass's loop).
+  const std::int64_t blocks =
+      std::clamp<std::int64_t>((n + kThreads * 16 - 1) / (kThreads * 16), 1, 1024);
+  const std::int64_t per = (n + blocks - 1) / blocks;
+  const Scratch partial(*this, blocks);
+  k::sum_partials<In>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(x, target, partial.data, n, per);
+  k::sum_finish<Out><<<1, kThreads, 0, stream_>>>(partial.data, out, blocks, divisor);
+}
+
 void CudaBackend::sum_to_suffix(const Tensor& x, Tensor& out) {
   activate();
   const std::int64_t m = out.numel();
   if (!m) return;
   dispatch_floating(x.dtype(), "sum_to_suffix", [&](auto tag) {
     using T = decltype(tag);
-    k::sum_to_suffix<T>
-        <<<grid_for(m), kThreads, 0, stream_>>>(x.data<T>(), out.data<T>(), x.numel(), m);
+    column_sums<T>(x.data<T>(), out.data<T>(), x.numel() / m, m);
   });
   SS_CUDA_CHECK_LAUNCH("sum_to_suffix");
 }
@@ -411,8 +460,7 @@ void CudaBackend::sum_all(const Tensor& x, Tensor& out) {
   activate();
   dispatch_floating(x.dtype(), "sum_all", [&](auto tag) {
     using T = decltype(tag);
-    k::sum_all<T, T>
-        <<<1, kThreads, 0, stream_>>>(x.data<T>(), nullptr, out.data<T>(), x.numel(), 1.0);
+    total<T, T>(x.data<T>(), nullptr, out.data<T>(), x.numel(), 1.0);
   });
   SS_CUDA_CHECK_LAUNCH("sum_all");
 }
@@ -446,9 +494,17 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
               dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(),
               dx.data<T>(), rows, h);
     }
-    k::layernorm_param_grads<T><<<grid_for(h), kThreads, 0, stream_>>>(
-        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), dgamma.data<T>(),
-        dbeta.data<T>(), rows, h);
+    const std::int64_t chunk = rows_per_chunk(rows);
+    const std::int64_t chunks = std::max<std::int64_t>(1, (rows + chunk - 1) / chunk);
+    const Scratch partial(*this, 2 * chunks * h);
+    const dim3 grid(static_cast<unsigned>((h + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(chunks));
+    k::layernorm_param_partials<T><<<grid, kThreads, 0, stream_>>>(
+        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), partial.data, rows, h, chunk);
+    k::column_finish<T>
+        <<<grid_for(h), kThreads, 0, stream_>>>(partial.data, dgamma.data<T>(), chunks, h);
+    k::column_finish<T><<<grid_for(h), kThreads, 0, stream_>>>(partial.data + chunks * h,
+                                                               dbeta.data<T>(), chunks, h);
   });
   SS_CUDA_CHECK_LAUNCH("layernorm_backward");
 }
@@ -484,8 +540,8 @@ void CudaBackend::mse_forward(const Tensor& pred, const Tensor& target, Tensor& 
   activate();
   dispatch_floating(pred.dtype(), "mse_forward", [&](auto tag) {
     using T = decltype(tag);
-    k::sum_all<T, T><<<1, kThreads, 0, stream_>>>(pred.data<T>(), target.data<T>(), loss.data<T>(),
-                                                  pred.numel(), static_cast<double>(pred.numel()));
+    total<T, T>(pred.data<T>(), target.data<T>(), loss.data<T>(), pred.numel(),
+                static_cast<double>(pred.numel()));
   });
   SS_CUDA_CHECK_LAUNCH("mse_forward");
 }
@@ -506,8 +562,7 @@ void CudaBackend::cross_entropy_forward(const Tensor& logits, const std::int64_t
     k::softmax_forward<T>
         <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
             logits.data<T>(), probs.data<T>(), rows, c, 1, false, device_targets.data, row_loss);
-    k::sum_all<double, T><<<1, kThreads, 0, stream_>>>(row_loss, nullptr, loss.data<T>(), rows,
-                                                       static_cast<double>(rows));
+    total<double, T>(row_loss, nullptr, loss.data<T>(), rows, static_cast<double>(rows));
   });
   deallocate(row_loss, loss_bytes);  // reused only by later work on this stream
   SS_CUDA_CHECK_LAUNCH("cross_entropy_forward");
