@@ -244,10 +244,10 @@ k::IndexMap index_map(const std::vector<std::int64_t>& dims,
                         std::to_string(k::kMaxDims) + " dims, given " +
                         std::to_string(dims.size()));
   }
-  k::IndexMap map;
-  map.rank = static_cast<int>(dims.size());
+  k::IndexMap map;  // coalesced: fewer dims, the same offsets (kernels::coalesce_dims)
   std::copy(dims.begin(), dims.end(), map.dims);
   std::copy(strides.begin(), strides.end(), map.strides);
+  map.rank = kernels::coalesce_dims(static_cast<int>(dims.size()), map.dims, map.strides);
   return map;
 }
 

@@ -39,15 +39,18 @@ _shardscope_lib_folders() {
   fi
 }
 
-# The folder holding $1, or nothing.
+# The folder holding $1, or nothing. The folders are read in full before the search (leaving
+# the list half read made its writer fail with "echo: write error: Broken pipe" wherever SIGPIPE
+# is ignored, as under ncu).
 _shardscope_find_lib() {
-  local d ldconfig
-  while IFS= read -r d; do
+  local d ldconfig folders
+  mapfile -t folders < <(_shardscope_lib_folders)
+  for d in "${folders[@]}"; do
     if [[ -e $d/$1 ]]; then
       echo "$d"
       return
     fi
-  done < <(_shardscope_lib_folders)
+  done
   ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
   [[ -x $ldconfig ]] || return 0
   d=$("$ldconfig" -p 2>/dev/null | awk -v n="$1" '$1 == n && /x86-64/ { print $NF; exit }')

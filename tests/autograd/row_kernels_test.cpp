@@ -108,5 +108,39 @@ TEST(RowKernels, StridedIndexMapsPermutesAndShardOffsets) {
   EXPECT_EQ(origin + kernels::strided_index(3, 2, local_dims, global_strides), 13);
 }
 
+// Coalescing keeps every offset: permutes of a [2, 1, 3, 4] tensor, shards of a [3, 4, 6, 5]
+// tensor along each dim (the dropout maps of sharded activations), and the whole tensor.
+TEST(RowKernels, CoalescedMapsGiveTheSameOffsets) {
+  struct Map {
+    std::vector<std::int64_t> dims, strides;
+    int coalesced_rank;  // what the merges must reach
+  };
+  const std::vector<Map> maps = {
+      {{2, 1, 3, 4}, {12, 12, 4, 1}, 1},   // contiguous: one dim
+      {{4, 3, 1, 2}, {1, 4, 12, 12}, 3},   // a permute: nothing to merge but the 1
+      {{3, 4, 6, 5}, {120, 30, 5, 1}, 1},  // the whole tensor
+      {{3, 2, 6, 5}, {120, 30, 5, 1}, 2},  // a shard along dim 1: [3] x [2 * 6 * 5]
+      {{3, 4, 3, 5}, {120, 30, 5, 1}, 2},  // along dim 2: [3 * 4] x [3 * 5]
+      {{3, 4, 6, 2}, {120, 30, 5, 1}, 2},  // along the last dim: [72] x [2]
+      {{1}, {7}, 1},
+      {{}, {}, 1},
+  };
+  for (const Map& m : maps) {
+    std::int64_t dims[8], strides[8], n = 1;
+    const int rank = static_cast<int>(m.dims.size());
+    std::copy(m.dims.begin(), m.dims.end(), dims);
+    std::copy(m.strides.begin(), m.strides.end(), strides);
+    for (std::int64_t d : m.dims) n *= d;
+    const int coalesced = kernels::coalesce_dims(rank, dims, strides);
+    EXPECT_EQ(coalesced, m.coalesced_rank) << "map of rank " << rank;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t want =
+          rank ? kernels::strided_index(i, rank, m.dims.data(), m.strides.data()) : 0;
+      ASSERT_EQ(kernels::strided_index(i, coalesced, dims, strides), want)
+          << "element " << i << " of a map of rank " << rank;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardscope
