@@ -343,6 +343,7 @@ void Debugger::on_op_begin(const OpEvent& event) {
   throw_if_cancelled();
   if (shut_down_) return;
   ++op_count_;
+  running_.push_back({event.seq, event.site.phase, event.input_tensors});
   int breakpoint_id = -1;
   const std::optional<StopReason> reason = stop_reason(event.site, breakpoint_id);
   if (!reason) return;
@@ -356,6 +357,13 @@ void Debugger::on_op_begin(const OpEvent& event) {
 
 void Debugger::on_op_end(const OpEvent& event) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // This op and any begun inside it that did not end (a begin hook that threw).
+  for (std::size_t i = running_.size(); i-- > 0;) {
+    if (running_[i].seq == event.seq && running_[i].phase == event.site.phase) {
+      running_.resize(i);
+      break;
+    }
+  }
   if (!watch_outputs_ || watch_outputs_->first != event.seq ||
       watch_outputs_->second != event.site.phase) {
     return;
@@ -384,9 +392,15 @@ std::vector<TensorSnapshot> Debugger::op_tensors() const {
   std::vector<TensorSnapshot> out;
   if (!paused_ || !current_) return out;
   const std::string of = " of " + current_->name() + " " + phase_name(current_->phase);
-  if (paused_inputs_) {
-    for (std::size_t i = 0; i < paused_inputs_->size(); ++i) {
-      const Tensor& t = (*paused_inputs_)[i];
+  // Before an op, its inputs; before a collective, the inputs of the op issuing it.
+  const std::vector<Tensor>* inputs = paused_inputs_;
+  if (!inputs && current_->reason == StopReason::collective && !running_.empty() &&
+      running_.back().seq == current_->seq && running_.back().phase == current_->phase) {
+    inputs = running_.back().inputs;
+  }
+  if (inputs) {
+    for (std::size_t i = 0; i < inputs->size(); ++i) {
+      const Tensor& t = (*inputs)[i];
       if (!t.defined()) continue;
       out.push_back(snapshot_tensor("input" + std::to_string(i), t));
       out.back().what = (current_->phase == Phase::forward ? "input " : "gradient flowing in ") +
@@ -411,7 +425,9 @@ void Debugger::on_collective_begin(const CollectiveEvent& event) {
                 (event.site.scope.empty() ? "" : " in " + std::string(event.site.scope));
   changed_.notify_all();
   if (shut_down_ || !stop_at_collective_) return;
-  Stop s = stop_at(event.site, event.seq, StopReason::collective);
+  // ProcessGroup leaves the issuing op's number 0: it is the innermost op running.
+  const std::uint64_t seq = event.seq || running_.empty() ? event.seq : running_.back().seq;
+  Stop s = stop_at(event.site, seq, StopReason::collective);
   s.collective = call;
   pause_here(lock, std::move(s));
   throw_if_cancelled();

@@ -206,6 +206,14 @@ class Debugger : public Observer {
   std::optional<Stop> current_;
   std::optional<Stop> last_;
   const std::vector<Tensor>* paused_inputs_ = nullptr;  // the paused op's, while paused_
+  // The ops begun and not yet ended, innermost last, with their inputs (valid until their end
+  // event): a stop before a collective shows the inputs of the op issuing it.
+  struct RunningOp {
+    std::uint64_t seq = 0;
+    Phase phase = Phase::forward;
+    const std::vector<Tensor>* inputs = nullptr;
+  };
+  std::vector<RunningOp> running_;
   // The op released from a stop, whose end event copies its outputs into last_outputs_.
   std::optional<std::pair<std::uint64_t, Phase>> watch_outputs_;
   std::uint64_t watched_op_index_ = 0;

@@ -133,6 +133,17 @@ TEST(DebugPrint, ReachesThePausedOpsInputsAndThePreviousOpsOutput) {
                              "input0\nrank 0: no tensor 'input0' here"));
 }
 
+// Stopped before a collective, the rank is inside the op issuing it: print reaches that op's
+// inputs (tp-sp: the sequence shard of ln1's output that the all-gather before QKV gathers).
+TEST(DebugPrint, AtACollectiveReachesTheInputsOfTheOpIssuingIt) {
+  const std::string out =
+      session(small_run(ParallelMode::tp_sp), "next-collective\nprint input0\n");
+  EXPECT_THAT(out, HasSubstr("before all_gather"));
+  EXPECT_THAT(
+      out, HasSubstr("rank 1: input0 (input 0 of attn.qkv/gather_matmul forward) f32[4, 2, 16]"));
+  EXPECT_THAT(out, Not(HasSubstr("no tensor 'input0' here")));
+}
+
 TEST(DebugRunEnd, PrintsTheLossesAndTheCheckAndKeepsTheFinalTensors) {
   const RunOptions o = small_run(ParallelMode::tp_sp, 2);
   const std::string out = session(o, "continue\nprint output\nprint attn.qkv.weight\nquit\n");

@@ -223,6 +223,72 @@ TEST(LiveSource, FinishedRanksSayFinishedWithTheirFinalLoss) {
   EXPECT_FALSE(s.tensors.empty()) << "the values copied at the last stop are kept";
 }
 
+const TensorValues* find_tensor(const Snapshot& s, const std::string& name) {
+  for (const TensorValues& t : s.tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+// The inspector's op tensors: each rank's inputs of the op where it is paused, and the output of
+// the op a step just ran, following the ranks as they move.
+TEST(LiveSource, TheInspectorFollowsTheOpWhereTheRanksArePaused) {
+  auto source = make_live_source(live_options("tp-sp", 2));
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  Snapshot s = source->snapshot();
+  EXPECT_EQ(inspected_tensor(s, "", true), "op input0");
+  EXPECT_EQ(inspected_tensor(s, "", false), "input") << "not following: the layer's input";
+  EXPECT_EQ(inspected_tensor(s, "attn.qkv.weight", false), "attn.qkv.weight");
+  EXPECT_EQ(inspected_tensor(s, "attn.qkv.weight", true), "op input0");
+  const TensorValues* in = find_tensor(s, "op input0");
+  const TensorValues* layer_input = find_tensor(s, "input");
+  ASSERT_TRUE(in && layer_input);
+  EXPECT_TRUE(in->at_op);
+  EXPECT_FALSE(layer_input->at_op);
+  EXPECT_EQ(find_tensor(s, "op output0"), nullptr) << "no op has run yet";
+  ASSERT_EQ(in->local.size(), 2u);
+  for (std::size_t r = 0; r < 2; ++r) {
+    // Before ln1's LayerNorm, its input is the rank's shard of the layer's input (tp-sp: the
+    // sequence is split, so each rank's values differ).
+    EXPECT_EQ(in->what[r], "input 0 of ln1/layernorm forward");
+    EXPECT_EQ(in->local_shapes[r], layer_input->local_shapes[r]);
+    EXPECT_EQ(in->local[r], layer_input->local[r]) << "rank " << r;
+  }
+  EXPECT_NE(in->local[0], in->local[1]) << "each rank's own shard";
+  const std::optional<HeatMap> full = heat_map(s, "op input0", -1, {300, 200});
+  ASSERT_TRUE(full);  // no full view of an op tensor: the first rank's
+  EXPECT_NE(full->title.find("input 0 of ln1/layernorm forward  (rank 0, [8, 2, 32])"),
+            std::string::npos)
+      << full->title;
+  const std::optional<HeatMap> one = heat_map(s, "op input0", 1, {300, 200});
+  ASSERT_TRUE(one);
+  EXPECT_NE(one->title.find("(rank 1,"), std::string::npos) << one->title;
+
+  const TensorValues before = *layer_input;
+  run_script(*source, "step", kLimit);  // LayerNorm runs; the ranks pause before the next op
+  s = source->snapshot();
+  EXPECT_EQ(inspected_tensor(s, "op input0", true), "op input0");
+  const TensorValues* next = find_tensor(s, "op input0");
+  const TensorValues* out = find_tensor(s, "op output0");
+  ASSERT_TRUE(next && out);
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(out->what[r], "output 0 of ln1/layernorm forward, the op run just before");
+    EXPECT_NE(next->what[r], "input 0 of ln1/layernorm forward") << "it moved on";
+    EXPECT_EQ(out->local_shapes[r], (Shape{8, 2, 32}));
+    EXPECT_NE(out->local[r], before.local[r]) << "normalised";
+  }
+
+  // Stopped before a collective, inside the op that issues it: that op's inputs.
+  run_script(*source, "next-collective", kLimit);
+  s = source->snapshot();
+  const TensorValues* gathered = find_tensor(s, "op input0");
+  ASSERT_TRUE(gathered);
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(gathered->what[r], "input 0 of attn.qkv/gather_matmul forward");
+    EXPECT_EQ(gathered->local_shapes[r], (Shape{8, 2, 32}));
+  }
+}
+
 TEST(LiveSource, PausedRanksSayTheirStepAndPhase) {
   auto source = make_live_source(live_options("tp", 2));
   ASSERT_TRUE(source->wait_idle(kLimit));

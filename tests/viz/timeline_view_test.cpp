@@ -191,6 +191,25 @@ TEST(TimelineView, FlowLabelsOfTheLatestCallStayInsideTheLanes) {
   const TimelineView v = timeline_view(s, viewport, kPanel);
   ASSERT_EQ(v.flows.size(), 12u);
   expect_folded_labels(v, byte_size_text(s.events.back().full_bytes / 4));
+  // Drawn at the call (where the last rank entered it), not pushed back from the lanes' edge.
+  double entered = 0;
+  for (const TraceEvent& e : s.events) {
+    if (e.kind == TraceEventKind::collective && e.seq == s.events.back().seq) {
+      entered = std::max(entered, e.ts_us);
+    }
+  }
+  const Rect& lane = v.lanes[0];
+  const float call_x =
+      lane.x0 +
+      static_cast<float>((entered - v.begin_us) / (v.end_us - v.begin_us)) * (lane.x1 - lane.x0);
+  float first = lane.x1;
+  for (const Line& f : v.flows) {
+    first = std::min(first, f.x0);
+    EXPECT_LE(std::max(f.x0, f.x1), lane.x1) << "an arrow past the lanes";
+  }
+  EXPECT_NEAR(first, call_x, 0.5f) << "the arrows leave from the call";
+  ASSERT_TRUE(v.cursor);
+  EXPECT_LE(call_x, v.cursor->x0 + 1e-3f);
 }
 
 TEST(TimelineView, TheSelectedForwardAllGatherFlowsBetweenEveryPairOfRanks) {
@@ -257,8 +276,10 @@ TEST(TimelineView, MidRunTheCursorIsAtNowAndOpenCollectivesEndThere) {
   const Snapshot s = testing::snapshot_at(t, t.events.size() / 2);
   const TimelineView v = timeline_view(s, {}, kPanel);
   ASSERT_TRUE(v.cursor);
-  EXPECT_EQ(v.end_us, s.now_us);
-  EXPECT_FLOAT_EQ(v.cursor->x0, v.lanes[0].x1);
+  // The window ends a little after now: room right of the cursor for the latest call's arrows.
+  EXPECT_GT(v.end_us, s.now_us);
+  EXPECT_LT(v.cursor->x0, v.lanes[0].x1 - 4 * 20.0f) << "no room for 4 ranks' arrows";
+  EXPECT_GT(v.cursor->x0, v.lanes[0].x0 + 0.6f * (v.lanes[0].x1 - v.lanes[0].x0));
   EXPECT_EQ(v.cursor->y0, v.lanes.front().y0);
   EXPECT_EQ(v.cursor->y1, v.lanes.back().y1);
   for (const TimelineBox& b : v.boxes) EXPECT_LE(b.rect.x1, v.cursor->x0 + 1e-3f);

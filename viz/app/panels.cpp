@@ -272,17 +272,17 @@ void VizUi::tensor_inspector(const Rect& r) {
                                               : "a trace holds no tensor values; run live to "
                                                 "inspect them");
     } else {
-      if (state_.tensor.empty()) {
-        // The layer's input first: a 2-D picture with every rank's shard in it.
-        state_.tensor = snapshot_.tensors.front().name;
-        for (const TensorValues& t : snapshot_.tensors) {
-          if (t.name == "input") state_.tensor = t.name;
-        }
-      }
-      ImGui::SetNextItemWidth(r.width() * 0.5f);
+      state_.tensor = inspected_tensor(snapshot_, state_.tensor, state_.follow_op);
+      ImGui::Checkbox("follow op", &state_.follow_op);
+      ImGui::SameLine();
+      ImGui::SetNextItemWidth(r.width() * 0.35f);
       if (ImGui::BeginCombo("##tensor", state_.tensor.c_str())) {
+        // The paused op's inputs and output first, then the layer's named tensors.
         for (const TensorValues& t : snapshot_.tensors) {
-          if (ImGui::Selectable(t.name.c_str(), t.name == state_.tensor)) state_.tensor = t.name;
+          if (ImGui::Selectable(t.name.c_str(), t.name == state_.tensor)) {
+            state_.tensor = t.name;
+            state_.follow_op = t.at_op;
+          }
         }
         ImGui::EndCombo();
       }

@@ -6,7 +6,8 @@
 //   Controls           step op / next collective / step layer / continue / pause, breakpoints,
 //                      every rank's state and op
 //   Shard layout       the current op's logical tensors with each rank's shard in place
-//   Tensor inspector   a heat map of a selected tensor, full or one rank's shard
+//   Tensor inspector   a heat map of the paused op's inputs and output, or of a layer tensor,
+//                      full or one rank's shard
 //   Collectives        one lane per rank, a box per call, who sends what to whom, totals vs model
 //   Memory             live bytes by category per rank, peaks, saved activations vs the formula
 //   Check              per tensor, the error against the single-device reference
@@ -34,7 +35,8 @@ struct UiState {
   // events are sorted in. Unset: the rank's latest collective is shown.
   std::optional<std::pair<int, double>> collective;
   double time_begin = 0, time_end = 0;  // the timeline's window (us); end <= begin: everything
-  std::string tensor;                   // the inspected tensor ("" picks the first)
+  std::string tensor;                   // the inspected tensor (inspected_tensor picks it)
+  bool follow_op = true;                // inspect the paused op's tensors as the ranks move
   int tensor_rank = -1;                 // -1: the full tensor; else that rank's shard
   char breakpoint[96] = {};             // the text of the breakpoint being typed
   std::string message;                  // the last command's error, shown in Controls

@@ -110,6 +110,12 @@ std::optional<HeatMap> heat_map(const Snapshot& s, const std::string& name, int 
                         " ranks' values but " + std::to_string(t.local_shapes.size()) +
                         " local shapes");
   }
+  if (t.at_op && rank < 0) {  // no full view of an op tensor: the first rank that holds it
+    for (std::size_t r = 0; r < t.local.size() && rank < 0; ++r) {
+      if (!t.local[r].empty()) rank = static_cast<int>(r);
+    }
+    if (rank < 0) return std::nullopt;
+  }
   const bool full = rank < 0;
   if (!full && static_cast<std::size_t>(rank) >= t.local.size()) return std::nullopt;
   for (std::size_t r = 0; r < t.local.size(); ++r) {
@@ -132,9 +138,14 @@ std::optional<HeatMap> heat_map(const Snapshot& s, const std::string& name, int 
   const Shape& shape = full ? t.global : t.local_shapes[r_index];
 
   HeatMap map;
-  map.title = name + "  " + t.placement.str() + " of " + t.global.str() +
-              (full ? std::string("  (full)")
-                    : "  (rank " + std::to_string(rank) + ", local " + shape.str() + ")");
+  if (t.at_op) {  // "input 0 of attn.qkv/matmul forward  (rank 1, [8, 2, 32])"
+    const std::string what = r_index < t.what.size() ? t.what[r_index] : name;
+    map.title = what + "  (rank " + std::to_string(rank) + ", " + shape.str() + ")";
+  } else {
+    map.title = name + "  " + t.placement.str() + " of " + t.global.str() +
+                (full ? std::string("  (full)")
+                      : "  (rank " + std::to_string(rank) + ", local " + shape.str() + ")");
+  }
   // Rows and columns, then each value into its block, keeping the largest magnitude.
   const Projection p = projection_of(shape, placement);
   const std::int64_t rows = std::max<std::int64_t>(1, p.rows),
@@ -216,6 +227,28 @@ std::optional<HeatMap> heat_map(const Snapshot& s, const std::string& name, int 
     outline(map.shard_outlines, slice, theme::rank_color(static_cast<int>(r)));
   }
   return map;
+}
+
+std::string inspected_tensor(const Snapshot& s, const std::string& current, bool follow_op) {
+  auto has = [&](const std::string& name, bool at_op) {
+    return std::any_of(s.tensors.begin(), s.tensors.end(),
+                       [&](const TensorValues& t) { return t.name == name && t.at_op == at_op; });
+  };
+  if (follow_op) {
+    if (has(current, true)) return current;
+    for (const TensorValues& t : s.tensors) {  // the op's first input, else its first tensor
+      if (t.at_op && t.name == op_tensor_name("input0")) return t.name;
+    }
+    for (const TensorValues& t : s.tensors) {
+      if (t.at_op) return t.name;
+    }
+  }
+  if (has(current, false)) return current;
+  if (has("input", false)) return "input";
+  for (const TensorValues& t : s.tensors) {
+    if (!t.at_op) return t.name;
+  }
+  return s.tensors.empty() ? current : s.tensors.front().name;
 }
 
 }  // namespace shardscope::viz

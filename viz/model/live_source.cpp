@@ -84,6 +84,7 @@ class LiveSource final : public Source {
  private:
   void refresh_events();
   void copy_values();
+  std::vector<TensorValues> op_values() const;
   void refresh_checks(Snapshot& s);
   void check_output();
   void finished_status(int rank, RankStatus& st) const;
@@ -140,12 +141,40 @@ void LiveSource::copy_values() {
         }
       });
     }
-    values_.clear();
+    values_ = op_values();
     for (auto& [name, v] : by_name) values_.push_back(std::move(v));
     bool step0 = true;
     for (int r = 0; r < session_.ranks(); ++r) step0 = step0 && session_.stop(r)->step == 0;
     if (step0 && !output_check_ && !reference_.empty()) check_output();
   }
+}
+
+// The tensors of the op where each rank is paused, by their debugger names ("op input0"), first
+// seen first: each rank's own values (TensorValues::at_op), not a shard of one tensor.
+std::vector<TensorValues> LiveSource::op_values() const {
+  const auto ranks = static_cast<std::size_t>(session_.ranks());
+  std::vector<TensorValues> out;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    for (const TensorSnapshot& snap : session_.op_tensors(static_cast<int>(r))) {
+      const std::string name = op_tensor_name(snap.name);
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&](const TensorValues& t) { return t.name == name; });
+      if (it == out.end()) {
+        TensorValues v;
+        v.name = name;
+        v.global = snap.shape;
+        v.at_op = true;
+        v.local_shapes.resize(ranks);
+        v.local.resize(ranks);
+        v.what.resize(ranks);
+        it = out.insert(out.end(), std::move(v));
+      }
+      it->local_shapes[r] = snap.shape;
+      it->local[r].assign(snap.values.begin(), snap.values.end());
+      it->what[r] = snap.what;
+    }
+  }
+  return out;
 }
 
 // The output against the reference's, once step 0's forward produced it: each rank's slice

@@ -52,7 +52,16 @@ struct TensorValues {
   Placement placement;
   std::vector<Shape> local_shapes;        // per rank
   std::vector<std::vector<float>> local;  // per rank, row-major; empty when not available
+  // A tensor of the op where each rank is paused ("op input0", "op output0": Debugger::
+  // op_tensors): each rank's own, with no full view, and `what` says which op per rank ("input 0
+  // of attn.qkv/matmul forward"). The ranks may be paused at different ops.
+  bool at_op = false;
+  std::vector<std::string> what;  // per rank, at_op tensors only
 };
+// The name an op tensor has in the snapshot: "op input0".
+inline std::string op_tensor_name(const std::string& debugger_name) {
+  return "op " + debugger_name;
+}
 
 // One row of the Check panel: a tensor against the single-device reference.
 struct CheckRow {

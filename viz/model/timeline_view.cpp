@@ -17,6 +17,10 @@ namespace {
 // box it fits in.
 constexpr float kCharWidth = 7.0f;
 constexpr float kArrowSpacing = 22.0f;  // between the arrows of neighbouring ranks
+// Mid-run, room right of the cursor for the latest call's arrows (kArrowSpacing a rank) and a
+// label, at most this fraction of the lanes.
+constexpr float kFlowLabelRoom = 20 * theme::kCharWidth;
+constexpr float kNowRoomFraction = 0.3f;
 
 // `value` with `digits` decimals and a unit; std::to_chars, as a timeline of thousands of boxes
 // builds their tooltips every frame and printf's %f is several times slower.
@@ -394,6 +398,15 @@ TimelineView timeline_view(const Snapshot& s, const TimelineViewport& viewport, 
                              "rank " + std::to_string(ranks[i]), theme::rank_color(ranks[i])});
   }
   std::tie(v.begin_us, v.end_us) = window_of(s, viewport);
+  if (viewport.end_us <= viewport.begin_us && !s.finished && !ranks.empty()) {
+    // Mid-run the latest call is at now: the whole-run window ends a little after now, so that
+    // the selected call's arrows and their labels have room right of the cursor and are drawn at
+    // the call instead of being pushed back from the lanes' edge.
+    const float room = std::min((x1 - x0) * kNowRoomFraction,
+                                kArrowSpacing * static_cast<float>(ranks.size()) + kFlowLabelRoom);
+    const double us_per_px = (v.end_us - v.begin_us) / std::max(1.0f, x1 - x0 - room);
+    v.end_us += us_per_px * room;
+  }
   const TimeAxis axis{v.begin_us, v.end_us, x0, x1};
   build_boxes(s, ranks, axis, v);
   if (viewport.selected) build_flows(s, ranks, axis, *viewport.selected, v);

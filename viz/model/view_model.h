@@ -184,8 +184,16 @@ struct HeatMap {
 };
 
 // rank < 0: the full tensor assembled from every rank's shard (a Partial tensor is summed);
-// else rank's local shard. nullopt when the snapshot has no values for `name`.
+// else rank's local shard. An op tensor (TensorValues::at_op) has no full view: rank < 0 shows
+// the first rank that holds it. nullopt when the snapshot has no values for `name`.
 std::optional<HeatMap> heat_map(const Snapshot& s, const std::string& name, int rank,
                                 PanelSize size);
+
+// The tensor the inspector shows. Following the op (`follow_op`), it is the op tensor of that
+// name where the ranks are paused now ("op input0" stays "op input0" as they move on), else the
+// op's first input, else (no op tensor in the snapshot) as when not following: `current` when the
+// snapshot has it as a layer tensor, else the layer's input (a 2-D picture with every rank's
+// shard in it), else the first tensor; `current` when the snapshot has none.
+std::string inspected_tensor(const Snapshot& s, const std::string& current, bool follow_op);
 
 }  // namespace shardscope::viz
