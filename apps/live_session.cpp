@@ -38,6 +38,11 @@ std::map<std::string, FinalTensor> keep_final(const std::map<std::string, Parall
 
 }  // namespace
 
+std::string rank_failure(int rank, const std::string& what) {
+  const std::string prefix = "rank " + std::to_string(rank) + ": ";
+  return what.rfind(prefix, 0) == 0 ? what : prefix + what;
+}
+
 class LiveSession::Inspector final : public RunInspector {
  public:
   explicit Inspector(std::vector<std::unique_ptr<RankSlot>>& slots) : slots_(slots) {}
@@ -144,7 +149,7 @@ void LiveSession::start() {
         } catch (const std::exception& e) {
           // Shown at once, while the other ranks may still sit paused.
           std::lock_guard<std::mutex> lock(error_mutex_);
-          if (error_.empty()) error_ = "rank " + std::to_string(env.rank) + ": " + e.what();
+          if (error_.empty()) error_ = rank_failure(env.rank, e.what());
           throw;
         }
       });

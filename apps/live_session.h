@@ -131,4 +131,8 @@ class LiveSession {
 
 const char* live_rank_state_name(LiveSession::RankState s);  // "paused", "in collective", ...
 
+// A rank's failure as the session shows it, "rank 1: what", without a second "rank 1: " where
+// the error already names the rank first (a communicator's errors do).
+std::string rank_failure(int rank, const std::string& what);
+
 }  // namespace shardscope

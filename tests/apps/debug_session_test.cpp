@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "apps/debug_session.h"
+#include "apps/live_session.h"
 
 namespace shardscope {
 namespace {
@@ -105,6 +106,14 @@ TEST(DebugCommandParse, NamesTheCommandItsShortFormAndItsArgument) {
   const DebugCommand unknown = parse_debug_command("frobnicate now");
   EXPECT_EQ(unknown.kind, Kind::unknown);
   EXPECT_EQ(unknown.word, "frobnicate");
+}
+
+// A communicator's error already begins with its rank: the session does not say it twice.
+TEST(DebugSession, ARanksFailureNamesTheRankOnce) {
+  EXPECT_EQ(rank_failure(1, "boom"), "rank 1: boom");
+  EXPECT_EQ(rank_failure(1, "rank 1: all_gather(count 8) with peer 0: count mismatch"),
+            "rank 1: all_gather(count 8) with peer 0: count mismatch");
+  EXPECT_EQ(rank_failure(1, "rank 12: x"), "rank 1: rank 12: x") << "another rank's words";
 }
 
 TEST(DebugSession, ContinueToTheEndFinishesTheRun) {
