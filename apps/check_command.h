@@ -14,7 +14,8 @@ namespace shardscope {
 
 struct CheckOptions {
   std::string a, b;
-  std::optional<double> rtol, atol;  // unset: the per-dtype defaults (parallel/tensor_compare.h)
+  std::optional<double> rtol,
+      atol;  // unset: the per-dtype defaults (parallel/run/tensor_compare.h)
   bool shards = false;
   std::vector<std::string> only, ignore;  // --only, --ignore: tensor names or patterns
 };

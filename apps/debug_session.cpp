@@ -13,7 +13,7 @@
 #include "apps/live_session.h"
 #include "apps/op_sites.h"
 #include "autograd/debugger.h"
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
 
 namespace shardscope {
 namespace {

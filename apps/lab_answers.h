@@ -1,6 +1,6 @@
 // The grader of a "find the bug" lab (lab 8): reads the student's answers file, one line per run
 // of `shardscope run --plant-bug random`, and says for each whether the named bug is the one
-// that run hides (parallel/planted_bug.h, choose_random_bug), with a hint when it is not.
+// that run hides (parallel/layers/planted_bug.h, choose_random_bug), with a hint when it is not.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layer_config.h"
+#include "parallel/layers/layer_config.h"
 
 namespace shardscope {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "autograd/errors.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
 namespace {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "autograd/errors.h"
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
 
 namespace shardscope {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "apps/run_flags.h"
 #include "autograd/errors.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
 
 namespace shardscope {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/mlp_ln_block.h"
+#include "parallel/layers/mlp_ln_block.h"
 
 namespace CLI {
 class App;

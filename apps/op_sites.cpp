@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "apps/edit_distance.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
 
 namespace shardscope {
 namespace {

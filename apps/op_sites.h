@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "autograd/debugger.h"
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 

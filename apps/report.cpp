@@ -3,7 +3,7 @@
 
 #include "autograd/errors.h"
 #include "io/atomic_file.h"
-#include "parallel/comm_log.h"
+#include "parallel/comm/comm_log.h"
 
 namespace shardscope {
 namespace {

@@ -20,8 +20,8 @@
 #include "io/manifest.h"
 #include "io/trace_reader.h"
 #include "io/trace_recorder.h"
-#include "parallel/gpu_info.h"
-#include "parallel/parallel_layer.h"
+#include "parallel/comm/gpu_info.h"
+#include "parallel/layers/parallel_layer.h"
 
 namespace shardscope {
 namespace {

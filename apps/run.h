@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layer_run.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 

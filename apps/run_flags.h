@@ -18,8 +18,8 @@ struct RunFlags {
   // nccl when every rank can have a CUDA device of its own (or under mpirun), else --comm threads
   // (the ranks share the devices); otherwise cpu and threads.
   std::string comm, backend;
-  // --plant-bug: a name of parallel/planted_bug.h's catalogue, or kRandomBug (choose_random_bug
-  // from --seed; the run never prints which).
+  // --plant-bug: a name of parallel/layers/planted_bug.h's catalogue, or kRandomBug
+  // (choose_random_bug from --seed; the run never prints which).
   std::string plant_bug = "none";
   static constexpr const char* kRandomBug = "random";
   bool no_check = false, no_call_check = false;

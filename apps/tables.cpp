@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "apps/run.h"
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
 
 namespace shardscope {
 namespace {

@@ -77,7 +77,7 @@ struct SaveEvent {
   MemoryCategory storage_category = MemoryCategory::activation;
 };
 
-// The collectives of the parallel layer (NCCL semantics; see parallel/communicator.h).
+// The collectives of the parallel layer (NCCL semantics; see parallel/comm/communicator.h).
 enum class CollectiveKind : std::uint8_t {
   all_reduce,
   all_gather,
@@ -102,7 +102,7 @@ struct CollectiveEvent {
   int group_size = 1;
   std::int64_t count = 0;  // elements of this rank's send buffer
   DType dtype = DType::f32;
-  double full_bytes = 0;  // N of the ring formula (see parallel/comm_model.h)
+  double full_bytes = 0;  // N of the ring formula (see parallel/models/comm_model.h)
   double bytes_sent = 0;  // bytes this rank sends by the ring formula
   std::uint64_t seq = 0;  // the issuing op's number
 };

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "autograd/errors.h"
-#include "parallel/layer_run.h"
-#include "parallel/parallel_layer.h"
-#include "parallel/planted_bug.h"
+#include "parallel/layers/parallel_layer.h"
+#include "parallel/layers/planted_bug.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/thread_comm.h"
+#include "parallel/comm/thread_comm.h"
 
 namespace shardscope {
 namespace {

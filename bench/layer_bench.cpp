@@ -31,7 +31,7 @@
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "io/trace_recorder.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
 namespace {

@@ -23,9 +23,9 @@
 #include "autograd/context.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/tensor.h"
-#include "parallel/host_staging_comm.h"
-#include "parallel/spmd_launch.h"
-#include "parallel/thread_comm.h"
+#include "parallel/comm/host_staging_comm.h"
+#include "parallel/comm/spmd_launch.h"
+#include "parallel/comm/thread_comm.h"
 
 namespace shardscope {
 namespace {

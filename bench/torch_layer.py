@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The shardscope Transformer layer in PyTorch: forward + backward time per step, f32, CPU or CUDA.
 
-The same layer as parallel/transformer_layer.cpp and parallel/attention_core.cpp, op for op:
+The same layer as parallel/layers/transformer_layer.cpp and parallel/layers/attention_core.cpp, op for op:
   x [s, b, h] -> LayerNorm -> QKV linear (columns grouped by head: [s, b, a, 3, d])
   -> q, k, v [b, a, s, d] -> scores = q k^T / sqrt(d) -> causal softmax -> dropout
   -> probs v -> [s, b, h] -> output linear -> dropout -> + x = h1

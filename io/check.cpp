@@ -10,7 +10,7 @@
 #include <fnmatch.h>
 
 #include "io/npy.h"
-#include "parallel/diagnosis.h"
+#include "parallel/run/diagnosis.h"
 
 namespace shardscope {
 namespace {

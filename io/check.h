@@ -1,8 +1,8 @@
 // `shardscope check`: compares two dump folders tensor by tensor (same names; the full tensors by
 // default, the per-rank shards too on request) under the rule of every check
-// (parallel/tensor_compare.h): an element passes when |a - b| <= atol max|b| + rtol |b|, B being
-// the reference and max|b| taken over the tensor; a NaN never passes. A tensor passes when every
-// element does and the shapes agree; a tensor missing on one side fails.
+// (parallel/run/tensor_compare.h): an element passes when |a - b| <= atol max|b| + rtol |b|, B
+// being the reference and max|b| taken over the tensor; a NaN never passes. A tensor passes when
+// every element does and the shapes agree; a tensor missing on one side fails.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include "autograd/tensor.h"
 #include "io/manifest.h"
-#include "parallel/tensor_compare.h"
+#include "parallel/run/tensor_compare.h"
 
 namespace shardscope {
 
@@ -78,7 +78,7 @@ struct DumpComparison {
 };
 
 // Compares two tensors of any dtype and device element by element; a failure of equal shapes is
-// diagnosed (parallel/diagnosis.h), `t` being the larger group size of the two runs.
+// diagnosed (parallel/run/diagnosis.h), `t` being the larger group size of the two runs.
 TensorComparison compare_tensors(const std::string& name, const Tensor& a, const Tensor& b,
                                  const Tolerance& tolerance, int t = 1);
 

@@ -7,7 +7,7 @@
 #include "autograd/backend.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
-#include "parallel/collective_ops.h"
+#include "parallel/layers/collective_ops.h"
 
 namespace shardscope {
 namespace {

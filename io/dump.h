@@ -10,8 +10,8 @@
 #include <string>
 
 #include "io/manifest.h"
-#include "parallel/placement.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope {
 

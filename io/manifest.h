@@ -11,8 +11,8 @@
 
 #include "autograd/errors.h"
 #include "autograd/tensor.h"
-#include "parallel/layer_config.h"
-#include "parallel/placement.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope {
 

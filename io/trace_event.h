@@ -65,7 +65,7 @@ struct TraceEvent {
   int group_size = 1;
   std::int64_t count = 0;  // elements of this rank's send buffer
   DType dtype = DType::f32;
-  double full_bytes = 0;  // N of the ring formula (parallel/comm_model.h)
+  double full_bytes = 0;  // N of the ring formula (parallel/models/comm_model.h)
   double bytes_sent = 0;  // bytes this rank sends by the ring formula
 
   // Memory counters: live bytes by MemoryCategory (indexed by the enum's value).

@@ -19,7 +19,7 @@
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/gradcheck.h"
 #include "autograd/tensor.h"
-#include "parallel/gpu_info.h"
+#include "parallel/comm/gpu_info.h"
 
 namespace shardscope::testing {
 
@@ -76,8 +76,8 @@ inline std::string missing_devices(TestBackend backend, int needed = 1) {
 
 // The same for a parallel run on `degree` ranks: on cuda they are threads sharing the visible
 // devices (rank r on cuda:(r mod count)) with their collectives staged through host memory
-// (parallel/host_staging_comm.h), so one CUDA device serves any degree. Only tests/nccl needs a
-// device per rank (tests/nccl/nccl_testing.h).
+// (parallel/comm/host_staging_comm.h), so one CUDA device serves any degree. Only tests/nccl needs
+// a device per rank (tests/nccl/nccl_testing.h).
 inline std::string missing_for_ranks(TestBackend backend, int /*degree*/) {
   return missing_devices(backend, 1);
 }

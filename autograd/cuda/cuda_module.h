@@ -4,7 +4,7 @@
 // resident memory). The entry points of cuda_backend.h, and parallel's gpu_info.h and
 // run_spmd_nccl, forward through here: on first use the module is opened with dlopen and each
 // library level looks up one extern "C" entry returning its table of function pointers
-// (cuda_backend.h's in CudaAutogradEntries below; parallel/nccl_module.h has parallel's, so
+// (cuda_backend.h's in CudaAutogradEntries below; parallel/comm/nccl_module.h has parallel's, so
 // autograd never names parallel types). Plain C++: built in every configuration.
 #pragma once
 

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace shardscope::labs {
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "labs/common/lab_testing.h"
-#include "parallel/process_group.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/spmd.h"
 
 namespace shardscope::labs {
 namespace {

@@ -3,8 +3,8 @@
 // f the MLP's inner size (4h in the Transformer layer), t the group size, r this rank.
 #pragma once
 
-#include "parallel/placement.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::labs {
 

@@ -14,8 +14,8 @@
 #include "autograd/ops.h"
 #include "labs/03-tp-mlp/lab.h"
 #include "labs/common/rank_testing.h"
-#include "parallel/collective_ops.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/collective_ops.h"
 
 namespace shardscope::labs {
 namespace {

@@ -4,7 +4,7 @@
 #include "autograd/ops.h"
 #include "labs/03-tp-mlp/lab.h"
 #include "labs/common/lab_support.h"
-#include "parallel/collective_ops.h"
+#include "parallel/layers/collective_ops.h"
 
 namespace shardscope::labs {
 

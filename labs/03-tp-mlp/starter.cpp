@@ -4,7 +4,7 @@
 #include "autograd/ops.h"
 #include "labs/03-tp-mlp/lab.h"
 #include "labs/common/lab_support.h"
-#include "parallel/collective_ops.h"
+#include "parallel/layers/collective_ops.h"
 
 namespace shardscope::labs {
 
@@ -30,9 +30,10 @@ ParallelTensor g_reduce_from_tp(ProcessGroup& /*group*/, const ParallelTensor& /
 
 MlpWeights shard_mlp_weights(ProcessGroup& /*group*/, const MlpWeights& /*full*/) {
   // TODO(task 3): slice_of_full(full_tensor, placement, group.rank(), group.size())
-  // (parallel/collective_ops.h) cuts this rank's slice; Tensor::parameter(slice, "mlp.fc1.weight")
-  // makes it a leaf that collects its gradient. Which placement for each of the four tensors?
-  // (parallel/parallel_layer.cpp, tp_placement, does the same for the whole layer.)
+  // (parallel/layers/collective_ops.h) cuts this rank's slice; Tensor::parameter(slice,
+  // "mlp.fc1.weight") makes it a leaf that collects its gradient. Which placement for each of the
+  // four tensors? (parallel/layers/parallel_layer.cpp, tp_placement, does the same for the whole
+  // layer.)
   not_implemented("shard_mlp_weights");
 }
 

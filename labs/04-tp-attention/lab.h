@@ -3,9 +3,9 @@
 // a heads, d = h / a the head dim, t the group size (config.degree), r this rank.
 #pragma once
 
-#include "parallel/layer_config.h"
-#include "parallel/placement.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::labs {
 
@@ -30,8 +30,8 @@ AttentionWeights shard_attention_weights(ProcessGroup& group, const LayerConfig&
 //   qkv = x Wqkv + bqkv -> q, k, v per head -> softmax(q k^T / sqrt(d), causal) -> dropout
 //   -> probs v -> heads merged [s, b, h] -> (.) Wproj + bproj -> dropout
 // with the same dropout masks (config.dropout, config.seed; the sites kAttentionProbs and
-// kAttentionOutput of parallel/transformer_layer.h). One all-reduce in forward (after the output
-// projection) and one in backward (the gradient of x). `shard` is as shard_attention_weights
+// kAttentionOutput of parallel/layers/transformer_layer.h). One all-reduce in forward (after the
+// output projection) and one in backward (the gradient of x). `shard` is as shard_attention_weights
 // returns it.
 ParallelTensor parallel_attention(ProcessGroup& group, const LayerConfig& config,
                                   const ParallelTensor& x, const AttentionWeights& shard);

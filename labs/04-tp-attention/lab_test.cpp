@@ -2,7 +2,7 @@
 // against the single-device attention (the framework's split_heads / attention_core /
 // merge_heads, as TransformerLayer runs them) at t = 1, 2 and 4 in f64, the collectives it
 // issues, and the predicted activation bytes against the framework's accounting
-// (parallel/memory_model.h) and against the MemoryLedger's measurement of the student's own
+// (parallel/models/memory_model.h) and against the MemoryLedger's measurement of the student's own
 // attention. A failure names the likely mistake when the result stands in a recognisable
 // relation to the right one.
 #include <gmock/gmock.h>
@@ -21,12 +21,12 @@
 #include "autograd/ops.h"
 #include "labs/04-tp-attention/lab.h"
 #include "labs/common/rank_testing.h"
-#include "parallel/attention_core.h"
-#include "parallel/collective_ops.h"
-#include "parallel/memory_model.h"
-#include "parallel/parallel_linear.h"
-#include "parallel/spmd.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/attention_core.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/parallel_linear.h"
+#include "parallel/layers/transformer_layer.h"
+#include "parallel/models/memory_model.h"
 
 namespace shardscope::labs {
 namespace {
@@ -83,7 +83,7 @@ std::vector<std::pair<std::string, Tensor>> named(const AttentionWeights& w) {
           {"proj.bias", w.proj_bias}};
 }
 
-// Where the framework puts each weight under tp (parallel/parallel_layer.cpp, tp_placement).
+// Where the framework puts each weight under tp (parallel/layers/parallel_layer.cpp, tp_placement).
 Placement placement_of(const std::string& name) {
   if (name == "qkv.weight") return Placement::shard(1);
   if (name == "qkv.bias" || name == "proj.weight") return Placement::shard(0);
@@ -458,7 +458,7 @@ TEST(ParallelAttention, IssuesOneAllReduceInForwardAndOneInBackward) {
 // ---- task 3: predict, then measure -------------------------------------------------------------
 
 // The framework's accounting of the attention block under tp: the attn.* terms of
-// activation_model (parallel/memory_model.h, docs/derivations.md).
+// activation_model (parallel/models/memory_model.h, docs/derivations.md).
 double framework_attention_bytes(LayerConfig c) {
   c.mode = ParallelMode::tp;
   double total = 0;
@@ -624,8 +624,8 @@ TEST(ActivationMemory, PredictionMatchesTheFrameworksAccounting) {
   for (const Prediction& p : wrong) lines += prediction_line(p, "the framework counts");
   const std::string mistake = common_mistake(wrong);
   ADD_FAILURE() << "saved activation bytes per rank: your prediction differs from the "
-                << "framework's accounting (parallel/memory_model.h) at " << wrong.size() << " of "
-                << std::size(configs) << " shapes:" << lines << "\n"
+                << "framework's accounting (parallel/models/memory_model.h) at " << wrong.size()
+                << " of " << std::size(configs) << " shapes:" << lines << "\n"
                 << (mistake.empty() ? "no single common mistake explains these; compare your "
                                       "terms one by one with the table in the README"
                                     : mistake);

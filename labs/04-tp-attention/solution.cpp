@@ -6,10 +6,10 @@
 #include "autograd/ops.h"
 #include "labs/04-tp-attention/lab.h"
 #include "labs/common/lab_support.h"
-#include "parallel/attention_core.h"
-#include "parallel/collective_ops.h"
-#include "parallel/parallel_linear.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/attention_core.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/parallel_linear.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope::labs {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/placement.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::labs {
 
@@ -35,7 +35,7 @@ ParallelTensor g_bar_reduce_scatter_seq(ProcessGroup& group, const ParallelTenso
 // ordinary layernorm (autograd/ops.h) of this rank's rows with gamma and beta [h] replicated on
 // every rank. No communication in forward or backward. (Its gamma and beta gradients are then
 // partial sums over this rank's rows: task 4 completes them.) A placement other than Shard(0) is a
-// PlacementError (expect_placement, parallel/placement.h).
+// PlacementError (expect_placement, parallel/layers/placement.h).
 ParallelTensor sequence_parallel_layernorm(ProcessGroup& group, const ParallelTensor& x,
                                            const Tensor& gamma, const Tensor& beta,
                                            double eps = 1e-5);
@@ -107,9 +107,9 @@ struct SavedBytes {
 // Task 6. The prediction for `shape` in `layout`.
 SavedBytes predict_saved_bytes(const BlockShape& shape, Layout layout);
 
-// Bytes one rank sends by the ring formulas (parallel/comm_model.h) in one forward and backward of
-// the block, with N = A s b h: all-reduce 2 (t-1)/t N, all-gather and reduce-scatter (t-1)/t N of
-// the full (gathered, or not yet scattered) tensor; 0 at t = 1.
+// Bytes one rank sends by the ring formulas (parallel/models/comm_model.h) in one forward and
+// backward of the block, with N = A s b h: all-reduce 2 (t-1)/t N, all-gather and reduce-scatter
+// (t-1)/t N of the full (gathered, or not yet scattered) tensor; 0 at t = 1.
 struct CommBytes {
   double forward = 0;     // activations, forward
   double backward = 0;    // activations and activation gradients, backward

@@ -2,8 +2,8 @@
 // TP-SP MLP block against the single-device block built from the framework's ops, at t = 1, 2 and
 // 4 in f64 (ranks as threads), with the collectives each one issues and what it saves; then the
 // predictions of saved bytes and communication against the MemoryLedger and the collective events
-// of the framework's own blocks (parallel/parallel_linear.h) in each layout. A failure names the
-// likely mistake when the result stands in a recognisable relation to the right one.
+// of the framework's own blocks (parallel/layers/parallel_linear.h) in each layout. A failure names
+// the likely mistake when the result stands in a recognisable relation to the right one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,9 +18,9 @@
 #include "autograd/ops.h"
 #include "labs/05-sequence-parallel/lab.h"
 #include "labs/common/rank_testing.h"
-#include "parallel/collective_ops.h"
-#include "parallel/parallel_linear.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/parallel_linear.h"
 
 namespace shardscope::labs {
 namespace {
@@ -750,8 +750,8 @@ struct Measured {
   std::string collectives;
 };
 
-// The block in `layout` from the framework's linears (parallel/parallel_linear.h) on rank 0 of t,
-// with its saved bytes after the forward and its collectives through the gradient all-reduce.
+// The block in `layout` from the framework's linears (parallel/layers/parallel_linear.h) on rank 0
+// of t, with its saved bytes after the forward and its collectives through the gradient all-reduce.
 Measured measure(const BlockShape& shape, Layout layout) {
   const DType dtype = shape.A == 8 ? DType::f64 : DType::f32;
   const Shape global{shape.s, shape.b, shape.h};

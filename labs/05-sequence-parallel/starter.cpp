@@ -16,7 +16,8 @@ ParallelTensor g_gather_seq(ProcessGroup& /*group*/, const ParallelTensor& /*x*/
   // - backward(saved, dy): group.reduce_scatter(dy[0]) sums the ranks' [s, b, h] gradients and
   //   keeps this rank's s/t rows. The lambdas capture the group by pointer (ProcessGroup* g).
   // - return ParallelTensor::make(y, Placement::replicate(), x.global, group.size()).
-  // parallel/collective_ops.cpp (gather_seq) is the framework's version: read it after yours.
+  // parallel/layers/collective_ops.cpp (gather_seq) is the framework's version: read it after
+  // yours.
   not_implemented("g_gather_seq");
 }
 
@@ -43,8 +44,8 @@ void all_reduce_partial_gradients(ProcessGroup& /*group*/,
   // tensor.grad() is defined: Tensor grad = p.tensor.grad(); then
   // group.all_reduce(grad, ReduceOp::sum, CommPurpose::param_grad) reduces it in place.
   // Which gradients are partial, and which are already whole? (The framework's version is
-  // ParallelTransformerLayer::reduce_parameter_gradients in parallel/parallel_layer.cpp; see which
-  // parameters it marks partial_grad in the constructor.)
+  // ParallelTransformerLayer::reduce_parameter_gradients in parallel/layers/parallel_layer.cpp; see
+  // which parameters it marks partial_grad in the constructor.)
   not_implemented("all_reduce_partial_gradients");
 }
 
@@ -61,13 +62,14 @@ SavedBytes predict_saved_bytes(const BlockShape& /*shape*/, Layout /*layout*/) {
   // TODO(task 6): list what each op of the block saves for backward (layernorm: its input, and the
   // mean and rstd per row; matmul: its input; gelu: its input; add, g and g-bar: nothing) and its
   // shape in each layout. docs/derivations.md ("Activation memory per mode, per rank") has the
-  // whole layer's table; parallel/memory_model.cpp writes it in code.
+  // whole layer's table; parallel/models/memory_model.cpp writes it in code.
   not_implemented("predict_saved_bytes");
 }
 
 CommBytes predict_comm_bytes(const BlockShape& /*shape*/, Layout /*layout*/) {
   // TODO(task 7): list the collectives of each layout, forward and backward, and the gradient
-  // all-reduces after backward; price each by the ring formula (lab.h, parallel/comm_model.h).
+  // all-reduces after backward; price each by the ring formula (lab.h,
+  // parallel/models/comm_model.h).
   not_implemented("predict_comm_bytes");
 }
 

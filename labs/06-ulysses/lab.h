@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "autograd/tensor.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace shardscope::labs {
 
@@ -19,7 +19,7 @@ namespace shardscope::labs {
 // group.all_to_all in the forward. An autograd op recorded with apply_function
 // (autograd/function.h) under the name "lab_seq_to_heads": its backward turns the gradient
 // [s, b, a/t, d] back into [s/t, b, a, d] with heads_to_seq's all-to-all (one, in the backward).
-// Equals shardscope::seq_to_heads (parallel/collective_ops.h) on the local tensor.
+// Equals shardscope::seq_to_heads (parallel/layers/collective_ops.h) on the local tensor.
 Tensor seq_to_heads(ProcessGroup& group, const Tensor& x);
 
 // Head shard -> sequence shard, the inverse. x: [s, b, a/t, d] (heads r a/t.., all positions).
@@ -41,7 +41,7 @@ struct LayerShape {
 enum class Pass { forward, forward_and_backward };
 
 // Bytes ONE rank sends for the activations of ONE layer (CommPurpose::activation: no parameter
-// gradients, loss or checks), by the ring formulas of parallel/comm_model.h, in `pass`.
+// gradients, loss or checks), by the ring formulas of parallel/models/comm_model.h, in `pass`.
 // Ulysses: the all-to-alls of q, k, v and of the attention output.
 double ulysses_bytes_per_rank(const LayerShape& shape, Pass pass);
 // TP-SP as the framework runs it (Megatron's default): the all-gathers and reduce-scatters around

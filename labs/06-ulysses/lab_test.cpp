@@ -1,7 +1,7 @@
 // Lab 6's tests: the student's seq_to_heads and heads_to_seq against the framework's ops of the
-// same names (parallel/collective_ops.h), forward and backward, at t = 1, 2, 3, 4, 8 ranks as
-// threads; the collectives they issue; Ulysses attention built on them against the single-device
-// attention; and the bytes-per-rank prediction against parallel/comm_model.h and against the
+// same names (parallel/layers/collective_ops.h), forward and backward, at t = 1, 2, 3, 4, 8 ranks
+// as threads; the collectives they issue; Ulysses attention built on them against the single-device
+// attention; and the bytes-per-rank prediction against parallel/models/comm_model.h and against the
 // communication log of real layer runs at t = 2, 4, 8.
 //
 // The forward and backward tests fill the tensors with their global element index (exact in
@@ -23,11 +23,11 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "labs/common/lab_testing.h"
-#include "parallel/attention_core.h"
-#include "parallel/collective_ops.h"
-#include "parallel/comm_log.h"
-#include "parallel/layer_run.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/comm_log.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/attention_core.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope::labs {
 namespace {
@@ -541,7 +541,7 @@ void expect_prediction_matches_model(ParallelMode mode, Pass pass) {
                 prediction_matches(ulysses ? "ulysses_bytes_per_rank" : "tp_sp_bytes_per_rank", got,
                                    want, shape, ulysses, pass);
             if (!result) {
-              ADD_FAILURE() << result.message() << "\n  (against parallel/comm_model.h)";
+              ADD_FAILURE() << result.message() << "\n  (against parallel/models/comm_model.h)";
               return;  // one message per mode is enough
             }
           }

@@ -9,8 +9,8 @@
 #pragma once
 
 #include "autograd/tensor.h"
-#include "parallel/placement.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::labs {
 

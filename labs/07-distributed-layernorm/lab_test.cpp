@@ -1,7 +1,7 @@
 // Lab 7 tests: the student's distributed LayerNorm on t = 1, 2 and 4 ranks (threads) against the
 // single-device layernorm of the gathered tensor and against the framework's
-// parallel/sharded_layernorm.h (layernorm_exact, layernorm_local). Every rank builds the same
-// full tensors from fixed seeds and takes its columns, so each can check its own shard. On a
+// parallel/layers/sharded_layernorm.h (layernorm_exact, layernorm_local). Every rank builds the
+// same full tensors from fixed seeds and takes its columns, so each can check its own shard. On a
 // mismatch the message names the mistake the wrong values reproduce (the tests compute what each
 // common mistake would give).
 #include <gmock/gmock.h>
@@ -20,8 +20,8 @@
 #include "autograd/ops.h"
 #include "labs/07-distributed-layernorm/lab.h"
 #include "labs/common/lab_testing.h"
-#include "parallel/sharded_layernorm.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/sharded_layernorm.h"
 
 namespace shardscope::labs {
 namespace {

@@ -23,9 +23,9 @@
 #include "autograd/ops.h"
 #include "autograd/tensor.h"
 #include "labs/common/lab_testing.h"
-#include "parallel/collective_ops.h"
-#include "parallel/placement.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::labs {
 

@@ -20,7 +20,7 @@ TESTS = [("autograd_tests", GPU_FILTER, 150), ("parallel_tests", GPU_FILTER, 240
 RUN_SHAPE = ["--seq", "256", "--batch", "4", "--hidden", "512", "--heads", "8", "--dropout",
              "0.1", "--seed", "1"]
 # One layer step on each backend, then `shardscope check CUDA CPU` with the check's own defaults
-# for the dtype (parallel/tensor_compare.h: |a - b| <= atol * max|b| + rtol * |b|, the rule and
+# for the dtype (parallel/run/tensor_compare.h: |a - b| <= atol * max|b| + rtol * |b|, the rule and
 # numbers every reference check uses; another summation order through the layer is what they
 # cover, between layouts there and between backends here).
 COMPARE = [("f32", "3e-5", "3e-5"), ("f64", "1e-11", "1e-11")]

@@ -18,7 +18,7 @@
 
 #include "tests/apps/cli_testing.h"
 
-#include "parallel/gpu_info.h"
+#include "parallel/comm/gpu_info.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The bug catalogue end to end: `shardscope run --plant-bug NAME` exits 3 naming the catalogued
 // tensors as failed, and `shardscope check` of its dump against a clean single-device dump exits
-// 3 too. The names and modes come from the catalogue's table (parallel/planted_bug.h).
+// 3 too. The names and modes come from the catalogue's table (parallel/layers/planted_bug.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/layer_config.h"
-#include "parallel/planted_bug.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/planted_bug.h"
 #include "tests/apps/cli_testing.h"
 
 namespace shardscope {

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/layer_config.h"
-#include "parallel/planted_bug.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/planted_bug.h"
 #include "tests/apps/cli_testing.h"
 
 namespace shardscope {

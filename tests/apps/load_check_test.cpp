@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "apps/load_check.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
 namespace {

@@ -18,7 +18,7 @@
 #include "autograd/errors.h"
 #include "autograd/ops.h"
 #include "autograd/tensor.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
 

@@ -17,7 +17,7 @@
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/cuda/cuda_module.h"
 #include "autograd/errors.h"
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

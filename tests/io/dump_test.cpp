@@ -13,8 +13,8 @@
 #include "io/check.h"
 #include "io/dump.h"
 #include "io/npy.h"
-#include "parallel/collective_ops.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/collective_ops.h"
 
 namespace shardscope {
 namespace {

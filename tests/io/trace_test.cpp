@@ -11,7 +11,7 @@
 #include <set>
 
 #include "io/trace_writer.h"
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
 #include "tests/io/trace_testing.h"
 
 namespace shardscope {

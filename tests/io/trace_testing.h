@@ -16,7 +16,7 @@
 
 #include "io/trace_reader.h"
 #include "io/trace_recorder.h"
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope::trace_testing {
 

@@ -3,7 +3,7 @@
 // (a mismatch or a malformed call fails on every rank, and the ranks go on). Every rank runs every
 // test in the same order, so a test must never skip a collective on some ranks only: assertions
 // that return early come before the first collective or are the same on every rank.
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "autograd/tensor.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
 
 namespace shardscope {
 namespace {

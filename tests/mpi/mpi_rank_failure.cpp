@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "autograd/tensor.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
 
 int main() {
   using namespace shardscope;

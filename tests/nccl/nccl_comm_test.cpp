@@ -11,8 +11,8 @@
 
 #include "autograd/context.h"
 #include "autograd/tensor.h"
-#include "parallel/process_group.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/spmd.h"
 #include "tests/nccl/nccl_testing.h"
 
 namespace shardscope {

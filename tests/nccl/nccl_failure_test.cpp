@@ -13,9 +13,9 @@
 #include "autograd/context.h"
 #include "autograd/ops.h"
 #include "autograd/tensor.h"
-#include "parallel/nccl_comm.h"
-#include "parallel/process_group.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/nccl_comm.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/spmd.h"
 #include "tests/nccl/nccl_testing.h"
 
 namespace shardscope {

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 #include "tests/nccl/nccl_testing.h"
 
 namespace shardscope {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "parallel/gpu_info.h"
+#include "parallel/comm/gpu_info.h"
 
 // Skips the current test unless `n` CUDA devices are visible.
 #define SHARDSCOPE_SKIP_WITHOUT_DEVICES(n)                                                         \

@@ -7,9 +7,9 @@
 #include <functional>
 
 #include "autograd/ops.h"
-#include "parallel/collective_ops.h"
-#include "parallel/parallel_linear.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/parallel_linear.h"
 
 namespace shardscope {
 namespace {

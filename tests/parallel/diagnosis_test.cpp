@@ -1,7 +1,7 @@
 // diagnose: each shape of difference it names, planted into a tensor of random values: a factor of
 // t and of 1/t, another ratio, a sign flip, zeros, blocks permuted along a dim, one rank's block
 // wrong (and how), and noise that fits none of them; equal tensors give none.
-#include "parallel/diagnosis.h"
+#include "parallel/run/diagnosis.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

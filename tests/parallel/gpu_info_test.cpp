@@ -1,6 +1,6 @@
 // Where the NCCL ranks of one node go when ranks are MPI processes (nccl_devices_on_node): pure
 // arithmetic over what each process's CUDA runtime reports, so it runs without a GPU.
-#include "parallel/gpu_info.h"
+#include "parallel/comm/gpu_info.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

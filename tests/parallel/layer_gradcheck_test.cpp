@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/gradcheck.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
 namespace {

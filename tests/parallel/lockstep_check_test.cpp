@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "autograd/backend.h"
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

@@ -32,7 +32,7 @@
 #endif
 
 #include "autograd/errors.h"
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/errors.h"
-#include "parallel/tensor_compare.h"
+#include "parallel/run/tensor_compare.h"
 
 namespace shardscope {
 namespace {

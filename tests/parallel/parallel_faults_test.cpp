@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 #include "tests/backend_testing.h"
 
 namespace shardscope {

@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "autograd/errors.h"
-#include "parallel/layer_run.h"
-#include "parallel/parallel_layer.h"
+#include "parallel/layers/parallel_layer.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

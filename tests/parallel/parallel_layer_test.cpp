@@ -12,9 +12,9 @@
 #include <string>
 #include <tuple>
 
-#include "parallel/layer_run.h"
-#include "parallel/memory_model.h"
-#include "parallel/parallel_layer.h"
+#include "parallel/layers/parallel_layer.h"
+#include "parallel/models/memory_model.h"
+#include "parallel/run/layer_run.h"
 #include "tests/backend_testing.h"
 
 namespace shardscope {

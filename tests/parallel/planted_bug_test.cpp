@@ -1,5 +1,5 @@
-// The bug catalogue (parallel/planted_bug.h) against the reference check: every planted bug makes
-// the check fail, in every mode it applies to, on the tensors the catalogue names (only those
+// The bug catalogue (parallel/layers/planted_bug.h) against the reference check: every planted bug
+// makes the check fail, in every mode it applies to, on the tensors the catalogue names (only those
 // where it says so), and the diagnosis of its main tensor is the catalogue's. These are the
 // checker's own tests: a check that always passed would fail them. Also the table's names and
 // the config errors.
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "autograd/errors.h"
-#include "parallel/collective_ops.h"
-#include "parallel/layer_run.h"
-#include "parallel/parallel_layer.h"
-#include "parallel/planted_bug.h"
+#include "parallel/layers/collective_ops.h"
+#include "parallel/layers/parallel_layer.h"
+#include "parallel/layers/planted_bug.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {
@@ -98,7 +98,7 @@ Diagnosis diagnose_main(const LayerRunSpec& spec, const BugRun& run, const std::
   return d;
 }
 
-// The words diagnose() uses for each kind (parallel/diagnosis.cpp).
+// The words diagnose() uses for each kind (parallel/run/diagnosis.cpp).
 std::string kind_phrase(Diagnosis::Kind kind) {
   switch (kind) {
     case Diagnosis::Kind::ratio:

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
 #include "tests/autograd/reference_backend_testing.h"
 
 namespace shardscope {

@@ -6,8 +6,8 @@
 
 #include <mutex>
 
-#include "parallel/layer_run.h"
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

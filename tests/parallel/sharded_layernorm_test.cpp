@@ -10,8 +10,8 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "parallel/mlp_ln_block.h"
-#include "parallel/sharded_layernorm.h"
+#include "parallel/layers/mlp_ln_block.h"
+#include "parallel/layers/sharded_layernorm.h"
 
 namespace shardscope {
 namespace {
@@ -48,7 +48,7 @@ MlpLnComparison run_block(const MlpLnConfig& c, ShardedNorm norm) {
   return rank0;
 }
 
-// Every tensor passes the checks' rule (parallel/tensor_compare.h) at the dtype's tolerance.
+// Every tensor passes the checks' rule (parallel/run/tensor_compare.h) at the dtype's tolerance.
 void expect_all_pass(const std::vector<TensorCheck>& diffs, const std::string& what) {
   ASSERT_EQ(diffs.size(), 8u) << what;  // output, input.grad and six parameter gradients
   for (const TensorCheck& d : diffs) {

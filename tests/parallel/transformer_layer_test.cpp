@@ -13,8 +13,8 @@
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
-#include "parallel/memory_model.h"
-#include "parallel/transformer_layer.h"
+#include "parallel/layers/transformer_layer.h"
+#include "parallel/models/memory_model.h"
 #include "tests/backend_testing.h"
 
 namespace shardscope {

@@ -1,8 +1,8 @@
-// Fault injection (parallel/fault_injection.h) on ranks as threads: the plan's parser and checks,
-// and every kind of fault at a collective kind and at an op name, in a real layer run. Each run
-// must end (the others by their timeout at worst, never a hang) with an error on every rank that
-// names rank R, and with OP named by rank R's error or by the line the fault prints.
-#include "parallel/fault_injection.h"
+// Fault injection (parallel/comm/fault_injection.h) on ranks as threads: the plan's parser and
+// checks, and every kind of fault at a collective kind and at an op name, in a real layer run. Each
+// run must end (the others by their timeout at worst, never a hang) with an error on every rank
+// that names rank R, and with OP named by rank R's error or by the line the fault prints.
+#include "parallel/comm/fault_injection.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layer_run.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/run/layer_run.h"
 #include "tests/backend_testing.h"
 
 namespace shardscope {

@@ -4,7 +4,7 @@
 // in every mode runs over it with the same losses and check, bit for bit; a collective before
 // attach is an error; and the rank placement of backend cuda with ranks as threads. The cuda runs
 // themselves are the cuda instances of tests/parallel/parallel_layer_test.cpp (label gpu).
-#include "parallel/host_staging_comm.h"
+#include "parallel/comm/host_staging_comm.h"
 
 #include <gtest/gtest.h>
 
@@ -16,10 +16,10 @@
 
 #include "autograd/context.h"
 #include "autograd/tensor.h"
-#include "parallel/layer_run.h"
-#include "parallel/process_group.h"
-#include "parallel/spmd_launch.h"
-#include "parallel/thread_comm.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/spmd_launch.h"
+#include "parallel/comm/thread_comm.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

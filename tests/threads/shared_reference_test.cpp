@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "parallel/layer_run.h"
+#include "parallel/run/layer_run.h"
 
 namespace shardscope {
 namespace {

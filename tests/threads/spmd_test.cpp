@@ -2,7 +2,7 @@
 // throws while the others wait, a rank that never arrives, and collectives after a failure. Each
 // must end with a CommError on every waiting rank (and SpmdError from run_spmd) that says what
 // every rank was doing, within a bounded time: never a hang.
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 
 #include "autograd/context.h"
 #include "autograd/tensor.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace shardscope {
 namespace {

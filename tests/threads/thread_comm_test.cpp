@@ -2,7 +2,7 @@
 // computed here, for groups of 1 to 4 ranks in f32 and f64; split into subgroups; the checks of
 // validate_call; and the CollectiveEvent (with the ring formula's bytes) that ProcessGroup reports.
 // Failures (mismatch, a throwing rank, timeouts) are in spmd_test.cpp.
-#include "parallel/thread_comm.h"
+#include "parallel/comm/thread_comm.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,8 +20,8 @@
 
 #include "autograd/context.h"
 #include "autograd/tensor.h"
-#include "parallel/process_group.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/spmd.h"
 
 namespace shardscope {
 namespace {

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <set>
 
-#include "parallel/parallel_layer.h"
-#include "parallel/spmd.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/parallel_layer.h"
 #include "tests/viz/viz_testing.h"
 #include "viz/model/layout.h"
 

@@ -1,4 +1,6 @@
-// The module layout table, derived from parallel/parallel_layer.cpp, parallel_linear.cpp,
+// The module layout table: the parameters, their placements and the scopes from the layer's
+// declaration (parallel/layers/layer_decl.h); the activations each module reads and writes from
+// parallel/layers/parallel_layer.cpp, parallel_linear.cpp,
 // attention_core.cpp and layer_run.cpp (the loss).
 #include "viz/model/layout.h"
 
@@ -6,6 +8,7 @@
 #include <cctype>
 
 #include "autograd/errors.h"
+#include "parallel/layers/layer_decl.h"
 
 namespace shardscope::viz {
 namespace {
@@ -15,6 +18,7 @@ using Dims = std::vector<std::string>;
 // The sizes and placements every module builds from.
 struct Sizes {
   std::int64_t s, b, h, a, d, f;  // f = 4h, the MLP's inner width
+  LayerConfig config;
   ParallelMode mode;
   bool weights_sharded;  // tp, tp-sp: Megatron's column/row split of the four matrices
   Placement act;         // between blocks: Shard(0) in tp-sp and ulysses, else Replicate
@@ -29,6 +33,7 @@ Sizes sizes_of(const LayerConfig& c) {
   z.a = c.heads;
   z.d = c.head_dim();
   z.f = 4 * c.hidden;
+  z.config = c;
   z.mode = c.mode;
   z.weights_sharded = c.mode == ParallelMode::tp || c.mode == ParallelMode::tp_sp;
   const bool seq_sharded = c.mode == ParallelMode::tp_sp || c.mode == ParallelMode::ulysses;
@@ -64,44 +69,11 @@ ModuleTensor weight(std::string name, std::string parameter, Shape global, Place
   return t;
 }
 
-// Where each full weight lives: Megatron splits QKV and fc1 by columns (their biases with them)
-// and proj and fc2 by rows (their biases are added after the reduction, so replicated); the
-// LayerNorms are replicated. Ulysses replicates every weight.
-Placement weight_placement(const Sizes& z, const std::string& parameter) {
-  if (!z.weights_sharded) return Placement::replicate();
-  if (parameter == "attn.qkv.weight" || parameter == "mlp.fc1.weight") return Placement::shard(1);
-  if (parameter == "attn.qkv.bias" || parameter == "mlp.fc1.bias") return Placement::shard(0);
-  if (parameter == "attn.proj.weight" || parameter == "mlp.fc2.weight") {
-    return Placement::shard(0);
-  }
-  return Placement::replicate();
-}
-
-struct ParamSpec {
-  const char* parameter;
-  const char* name;
-  std::int64_t in, out;  // multiples of h; in 0: a vector
-  const char* in_dim;
-  const char* out_dim;
-};
-constexpr ParamSpec kParams[] = {
-    {"ln1.weight", "ln1 weight", 0, 1, "", "h"},    {"ln1.bias", "ln1 bias", 0, 1, "", "h"},
-    {"attn.qkv.weight", "W_qkv", 1, 3, "h", "3h"},  {"attn.qkv.bias", "b_qkv", 0, 3, "", "3h"},
-    {"attn.proj.weight", "W_proj", 1, 1, "h", "h"}, {"attn.proj.bias", "b_proj", 0, 1, "", "h"},
-    {"ln2.weight", "ln2 weight", 0, 1, "", "h"},    {"ln2.bias", "ln2 bias", 0, 1, "", "h"},
-    {"mlp.fc1.weight", "W_fc1", 1, 4, "h", "4h"},   {"mlp.fc1.bias", "b_fc1", 0, 4, "", "4h"},
-    {"mlp.fc2.weight", "W_fc2", 4, 1, "4h", "h"},   {"mlp.fc2.bias", "b_fc2", 0, 1, "", "h"},
-};
-
+// A parameter as the declaration has it (parallel/layers/layer_decl.h): its symbol, shape, dim
+// names and, in this mode, its placement.
 ModuleTensor param(const Sizes& z, const std::string& parameter) {
-  for (const ParamSpec& p : kParams) {
-    if (parameter != p.parameter) continue;
-    const Placement where = weight_placement(z, parameter);
-    if (p.in == 0) return weight(p.name, p.parameter, Shape{p.out * z.h}, where, {p.out_dim});
-    return weight(p.name, p.parameter, Shape{p.in * z.h, p.out * z.h}, where,
-                  {p.in_dim, p.out_dim});
-  }
-  throw ArgumentError("module_layout: no parameter " + parameter);
+  const decl::Param p = decl::parameter(z.config, parameter);
+  return weight(p.decl->symbol, p.name, p.shape, decl::placement(*p.decl, z.mode), p.dims);
 }
 
 ModuleTensor act(const Sizes& z, std::string name, const char* role) {
@@ -109,14 +81,14 @@ ModuleTensor act(const Sizes& z, std::string name, const char* role) {
 }
 
 // ln1, ln2: LayerNorm over h on whatever rows the rank holds.
-std::vector<ModuleTensor> layernorm(const Sizes& z, const std::string& ln, const char* input) {
-  return {act(z, input, "reads"), param(z, ln + ".weight"), param(z, ln + ".bias"),
-          act(z, "x (" + ln + " out)", "writes")};
+std::vector<ModuleTensor> layernorm(const Sizes& z, const decl::ModuleDecl& ln, const char* input) {
+  return {act(z, input, "reads"), param(z, decl::weight(ln)), param(z, decl::bias(ln)),
+          act(z, std::string("x (") + ln.scope + " out)", "writes")};
 }
 
 // attn.qkv, mlp.fc1: a column-parallel linear [s, b, h] -> [s, b, out]. tp-sp all-gathers the
 // sequence shards first (gather_matmul); ulysses multiplies its sequence shard by full weights.
-std::vector<ModuleTensor> column_linear(const Sizes& z, const std::string& module,
+std::vector<ModuleTensor> column_linear(const Sizes& z, const decl::ModuleDecl& module,
                                         const std::string& input, const std::string& output,
                                         std::int64_t out, const char* out_dim) {
   std::vector<ModuleTensor> v{act(z, input, "reads")};
@@ -124,8 +96,8 @@ std::vector<ModuleTensor> column_linear(const Sizes& z, const std::string& modul
     v.push_back(tensor(input + ", gathered", "writes", Shape{z.s, z.b, z.h}, Placement::replicate(),
                        {"s", "b", "h"}));
   }
-  v.push_back(param(z, module + ".weight"));
-  v.push_back(param(z, module + ".bias"));
+  v.push_back(param(z, decl::weight(module)));
+  v.push_back(param(z, decl::bias(module)));
   const Placement out_placement = z.weights_sharded ? Placement::shard(2) : z.act;
   v.push_back(tensor(output, "writes", Shape{z.s, z.b, out}, out_placement, {"s", "b", out_dim}));
   return v;
@@ -133,13 +105,13 @@ std::vector<ModuleTensor> column_linear(const Sizes& z, const std::string& modul
 
 // attn.proj, mlp.fc2: a row-parallel linear [s, b, in] (Shard(2)) -> Partial [s, b, h], summed
 // by an all-reduce (tp: Replicate) or a reduce-scatter (tp-sp: Shard(0)), then the bias.
-std::vector<ModuleTensor> row_linear(const Sizes& z, const std::string& module,
+std::vector<ModuleTensor> row_linear(const Sizes& z, const decl::ModuleDecl& module,
                                      const std::string& input, std::int64_t in, const char* in_dim,
                                      const std::string& output) {
   const Placement in_placement = z.weights_sharded ? Placement::shard(2) : z.act;
   std::vector<ModuleTensor> v{
       tensor(input, "reads", Shape{z.s, z.b, in}, in_placement, {"s", "b", in_dim}),
-      param(z, module + ".weight"), param(z, module + ".bias")};
+      param(z, decl::weight(module)), param(z, decl::bias(module))};
   if (z.weights_sharded) {
     v.push_back(tensor(output + " partial", "writes", Shape{z.s, z.b, z.h}, Placement::partial(),
                        {"s", "b", "h"}));
@@ -214,10 +186,10 @@ std::vector<ModuleTensor> context(const Sizes& z) {
 std::vector<ModuleTensor> grad_reduce(const Sizes& z) {
   std::vector<ModuleTensor> v;
   if (z.mode != ParallelMode::tp_sp && z.mode != ParallelMode::ulysses) return v;
-  for (const ParamSpec& p : kParams) {
-    ModuleTensor w = param(z, p.parameter);
+  for (const decl::Param& p : decl::parameters(z.config)) {
+    ModuleTensor w = param(z, p.name);
     if (w.placement.is_shard()) continue;
-    w.name = std::string("grad ") + p.name;
+    w.name = std::string("grad ") + p.decl->symbol;
     w.placement = Placement::partial();
     v.push_back(std::move(w));
   }
@@ -225,52 +197,52 @@ std::vector<ModuleTensor> grad_reduce(const Sizes& z) {
 }
 
 std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
-  if (scope == "ln1") return layernorm(z, "ln1", "x (layer input)");
-  if (scope == "attn.qkv") return column_linear(z, "attn.qkv", "x (ln1 out)", "qkv", 3 * z.h, "3h");
-  if (scope == "attn.heads") return heads_split(z);
-  if (scope == "attn.scores") {
+  const decl::Modules& m = decl::layer();
+  if (scope == m.ln1.scope) return layernorm(z, m.ln1, "x (layer input)");
+  if (scope == m.qkv.scope) return column_linear(z, m.qkv, "x (ln1 out)", "qkv", 3 * z.h, "3h");
+  if (scope == m.heads.scope) return heads_split(z);
+  if (scope == m.scores.scope) {
     return {heads_tensor(z, "q", "reads", false), heads_tensor(z, "k", "reads", false),
             heads_tensor(z, "scores", "writes", true)};
   }
-  if (scope == "attn.softmax") {
+  if (scope == m.softmax.scope) {
     return {heads_tensor(z, "scores", "reads", true), heads_tensor(z, "probs", "writes", true)};
   }
-  if (scope == "attn.dropout") {
+  if (scope == m.attn_dropout.scope) {
     return {heads_tensor(z, "probs", "reads", true),
             heads_tensor(z, "probs (dropped)", "writes", true)};
   }
-  if (scope == "attn.context") return context(z);
-  if (scope == "attn.proj")
-    return row_linear(z, "attn.proj", "context (merged)", z.h, "h", "attn out");
-  if (scope == "attn.out_dropout") {
+  if (scope == m.context.scope) return context(z);
+  if (scope == m.proj.scope) return row_linear(z, m.proj, "context (merged)", z.h, "h", "attn out");
+  if (scope == m.out_dropout.scope) {
     return {act(z, "attn out", "reads"), act(z, "attn out (dropped)", "writes")};
   }
-  if (scope == "residual1") {
+  if (scope == m.residual1.scope) {
     return {act(z, "x (layer input)", "reads"), act(z, "attn out (dropped)", "reads"),
             act(z, "h1 (residual1 out)", "writes")};
   }
-  if (scope == "ln2") return layernorm(z, "ln2", "h1 (residual1 out)");
-  if (scope == "mlp.fc1") return column_linear(z, "mlp.fc1", "x (ln2 out)", "fc1 out", z.f, "4h");
-  if (scope == "mlp.gelu") {
+  if (scope == m.ln2.scope) return layernorm(z, m.ln2, "h1 (residual1 out)");
+  if (scope == m.fc1.scope) return column_linear(z, m.fc1, "x (ln2 out)", "fc1 out", z.f, "4h");
+  if (scope == m.gelu.scope) {
     const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
     return {tensor("fc1 out", "reads", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"}),
             tensor("gelu out", "writes", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"})};
   }
-  if (scope == "mlp.fc2") return row_linear(z, "mlp.fc2", "gelu out", z.f, "4h", "mlp out");
-  if (scope == "mlp.dropout") {
+  if (scope == m.fc2.scope) return row_linear(z, m.fc2, "gelu out", z.f, "4h", "mlp out");
+  if (scope == m.mlp_dropout.scope) {
     return {act(z, "mlp out", "reads"), act(z, "mlp out (dropped)", "writes")};
   }
-  if (scope == "residual2") {
+  if (scope == m.residual2.scope) {
     return {act(z, "h1 (residual1 out)", "reads"), act(z, "mlp out (dropped)", "reads"),
             act(z, "y (layer output)", "writes")};
   }
-  if (scope == "loss") {
+  if (scope == decl::kLossScope) {
     // Each rank sums (y - target)^2 over the rows it holds; sharded rows need an all-reduce.
     return {act(z, "y (layer output)", "reads"), act(z, "target", "reads"),
             tensor("sum of (y - target)^2", "writes", Shape{1},
                    z.act.is_shard() ? Placement::partial() : Placement::replicate(), {"1"})};
   }
-  if (scope == "grad_reduce") return grad_reduce(z);
+  if (scope == decl::kGradReduceScope) return grad_reduce(z);
   std::string known;
   for (const std::string& k : module_scopes()) known += (known.empty() ? "" : ", ") + k;
   throw ArgumentError("module_layout: no module \"" + scope + "\" (known: " + known + ")");
@@ -279,11 +251,13 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
 }  // namespace
 
 const std::vector<std::string>& module_scopes() {
-  static const std::vector<std::string> scopes{
-      "ln1",          "attn.qkv",     "attn.heads", "attn.scores",      "attn.softmax",
-      "attn.dropout", "attn.context", "attn.proj",  "attn.out_dropout", "residual1",
-      "ln2",          "mlp.fc1",      "mlp.gelu",   "mlp.fc2",          "mlp.dropout",
-      "residual2",    "loss",         "grad_reduce"};
+  static const std::vector<std::string> scopes = [] {
+    std::vector<std::string> out;  // the declared modules, then the run's loss and reduction
+    for (const decl::ModuleDecl& m : decl::modules()) out.emplace_back(m.scope);
+    out.emplace_back(decl::kLossScope);
+    out.emplace_back(decl::kGradReduceScope);
+    return out;
+  }();
   return scopes;
 }
 

@@ -2,15 +2,16 @@
 // "grad_reduce") and each parallel mode, the logical (full) tensors the module reads and writes,
 // with their global shapes, placements and dim names. These are the facts of the Megatron
 // (Shoeybi et al. 2019), sequence-parallel (Korthikanti et al. 2022) and Ulysses (Jacobs et al.
-// 2023) papers as parallel/parallel_layer.cpp implements them; tests/viz/layout_test.cpp checks
-// every op of real runs against this table. The shard view draws it; nothing here knows ImGui.
+// 2023) papers as parallel/layers/parallel_layer.cpp implements them; tests/viz/layout_test.cpp
+// checks every op of real runs against this table. The shard view draws it; nothing here knows
+// ImGui.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "parallel/layer_config.h"
-#include "parallel/placement.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/placement.h"
 
 namespace shardscope::viz {
 

@@ -7,7 +7,7 @@
 #include "apps/live_session.h"
 #include "io/manifest.h"
 #include "io/trace_recorder.h"
-#include "parallel/collective_ops.h"
+#include "parallel/layers/collective_ops.h"
 #include "viz/model/replay.h"
 #include "viz/model/source.h"
 

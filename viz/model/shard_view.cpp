@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "autograd/dtype.h"
+#include "parallel/layers/layer_decl.h"
 #include "viz/model/layout.h"
 #include "viz/model/view_model.h"
 
@@ -232,7 +233,7 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
   for (ModuleTensor& m : module_layout(s.config, st->scope).tensors) {
     if (!m.intermediate) tensors.push_back(std::move(m));
   }
-  if (st->phase == Phase::backward && st->scope != "grad_reduce") {
+  if (st->phase == Phase::backward && st->scope != decl::kGradReduceScope) {
     note("backward: the gradients of these tensors, of the same shapes, flow the other way");
   }
   if (!st->inputs.empty()) {

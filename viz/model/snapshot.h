@@ -13,9 +13,9 @@
 #include "autograd/observer.h"
 #include "autograd/shape.h"
 #include "io/trace_event.h"
-#include "parallel/layer_config.h"
-#include "parallel/placement.h"
-#include "parallel/tensor_compare.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/placement.h"
+#include "parallel/run/tensor_compare.h"
 
 namespace shardscope::viz {
 
@@ -88,7 +88,7 @@ struct Snapshot {
   std::vector<RankStatus> status;  // one per rank
   std::vector<TensorValues> tensors;
   std::vector<CheckRow> checks;
-  Tolerance tolerance;     // the checks' rule (parallel/tensor_compare.h)
+  Tolerance tolerance;     // the checks' rule (parallel/run/tensor_compare.h)
   std::string check_note;  // why checks are missing ("a trace holds no tensor values"), or ""
   bool finished = false;   // every rank has finished (or the replay is at its end)
   std::string error;       // a rank's failure, or ""

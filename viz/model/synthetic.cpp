@@ -7,7 +7,7 @@
 
 #include "autograd/errors.h"
 #include "io/manifest.h"
-#include "parallel/comm_model.h"
+#include "parallel/models/comm_model.h"
 
 namespace shardscope::viz {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "parallel/comm_log.h"
+#include "parallel/comm/comm_log.h"
 #include "viz/model/view_model.h"
 
 namespace shardscope::viz {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/memory_model.h"
+#include "parallel/models/memory_model.h"
 #include "viz/model/snapshot.h"
 #include "viz/model/theme.h"
 

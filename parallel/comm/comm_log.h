@@ -1,0 +1,44 @@
+// CommLog: an observer that tallies the collectives of one rank by layer, kind, phase and
+// purpose; and the analytic communication model of one layer per mode, in the same lines, so
+// the two can be set side by side. Bytes are per rank, by the ring formulas of comm_model.h.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "autograd/observer.h"
+#include "parallel/layers/layer_config.h"
+
+namespace shardscope {
+
+struct CommLine {
+  int layer = -1;
+  CollectiveKind kind = CollectiveKind::barrier;
+  Phase phase = Phase::forward;
+  CommPurpose purpose = CommPurpose::activation;
+  int count = 0;
+  double bytes_sent = 0;  // per rank, summed over the calls
+};
+
+class CommLog final : public Observer {
+ public:
+  void on_collective(const CollectiveEvent& e) override;
+  std::vector<CommLine> lines() const;  // in the order each line first appeared
+  void clear();
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<CommLine> lines_;
+};
+
+// What one forward and backward of the layer sends per rank (purposes activation and
+// param_grad), derived in docs/derivations.md:
+//   tp       forward 2 all-reduce, backward 2 all-reduce of the [s, b, h] activation
+//   tp-sp    forward 2 all-gather + 2 reduce-scatter; backward 2 reduce-scatter + 2 all-gather
+//            (+ 2 all-gathers re-gathering the linear inputs unless they are kept); then the
+//            LayerNorm and row-bias gradients all-reduced
+//   ulysses  forward and backward 4 all-to-all each (q, k, v to heads; context back); then every
+//            parameter gradient all-reduced
+std::vector<CommLine> comm_model(const LayerConfig& config, bool keep_gathered_input);
+
+}  // namespace shardscope

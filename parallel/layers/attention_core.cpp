@@ -1,0 +1,100 @@
+// The attention core.
+#include "parallel/layers/attention_core.h"
+
+#include <cmath>
+
+#include "autograd/errors.h"
+#include "autograd/ops.h"
+#include "parallel/layers/layer_decl.h"
+
+namespace shardscope {
+
+HeadTensors split_heads(const Tensor& qkv, std::int64_t heads, std::int64_t d) {
+  ScopeGuard scope(qkv.ctx(), decl::layer().heads.scope);
+  const std::int64_t s = qkv.dim(0), b = qkv.dim(1);
+  // [s, b, heads, 3, d] -> [3, b, heads, s, d] -> q, k, v
+  Tensor grouped = permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4});
+  std::vector<Tensor> parts = chunk(grouped, 0, 3);
+  return {reshape(parts[0], {b, heads, s, d}), reshape(parts[1], {b, heads, s, d}),
+          reshape(parts[2], {b, heads, s, d})};
+}
+
+Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor& x, int site,
+                     const Shape& global, std::vector<std::int64_t> offset) {
+  ScopeGuard guard(x.ctx(), scope);
+  DropoutSpec spec;
+  spec.p = config.dropout;
+  spec.seed = config.seed;
+  spec.stream = dropout_stream(config.layer, site);
+  spec.step = static_cast<std::uint32_t>(x.ctx().step());
+  spec.global_shape = global;
+  spec.offset = std::move(offset);
+  return dropout(x, spec);
+}
+
+Tensor layer_dropout(const LayerConfig& config, const decl::ModuleDecl& module, const Tensor& x,
+                     const Shape& global, std::vector<std::int64_t> offset) {
+  if (module.dropout_site < 0) {
+    throw ArgumentError(std::string("layer_dropout: module ") + module.scope +
+                        " declares no dropout site (it is not a dropout)");
+  }
+  return layer_dropout(config, module.scope, x, module.dropout_site, global, std::move(offset));
+}
+
+namespace {
+
+// PLANTED BUG causal-mask-local-positions: the mask [s, s] built from the position ids each
+// sequence shard numbers from 0 (0 .. s/t - 1 on every rank): key j is hidden from query i when
+// j's local position is past i's, so a query sees later keys of other shards and misses earlier
+// ones. Added to the scores before a softmax without its own causal mask.
+Tensor local_position_mask(Context& ctx, const LayerConfig& config, std::int64_t s, DType dtype) {
+  const std::int64_t shard = config.seq / config.degree;
+  std::vector<double> mask(static_cast<std::size_t>(s * s), 0.0);
+  for (std::int64_t i = 0; i < s; ++i) {
+    for (std::int64_t j = 0; j < s; ++j) {
+      if (j % shard > i % shard) mask[static_cast<std::size_t>(i * s + j)] = -1e9;
+    }
+  }
+  return Tensor::from_vector(ctx, {s, s}, mask, dtype);
+}
+
+}  // namespace
+
+Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
+  Context& ctx = qkv.q.ctx();
+  const std::int64_t d = qkv.q.dim(3);
+  // 1/sqrt(d): d is the width of one head, the same on every rank.
+  double width = static_cast<double>(d);
+  // PLANTED BUG attention-local-scale: the scale taken from the width this rank holds (its
+  // heads x d = h/t) instead of one head's width d.
+  if (config.planted_bug == PlantedBug::attention_local_scale)
+    width *= static_cast<double>(qkv.q.dim(1));
+  Tensor scores;
+  {
+    ScopeGuard scope(ctx, decl::layer().scores.scope);
+    scores = scale(matmul(qkv.q, qkv.k, /*transpose_b=*/true), 1.0 / std::sqrt(width));
+  }
+  Tensor probs;
+  {
+    ScopeGuard scope(ctx, decl::layer().softmax.scope);
+    if (config.planted_bug == PlantedBug::causal_mask_local_positions) {
+      const std::int64_t s = scores.dim(2);
+      probs = softmax(add(scores, local_position_mask(ctx, config, s, scores.dtype())), false);
+    } else {
+      probs = softmax(scores, config.causal);  // [b, heads, s, s]
+    }
+  }
+  const Shape& local = probs.shape();
+  probs = layer_dropout(config, decl::layer().attn_dropout, probs,
+                        Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
+  ScopeGuard scope(ctx, decl::layer().context.scope);
+  return matmul(probs, qkv.v);
+}
+
+Tensor merge_heads(const Tensor& context) {
+  ScopeGuard scope(context.ctx(), decl::layer().context.scope);
+  const Shape& c = context.shape();  // [b, heads, s, d]
+  return reshape(permute(context, {2, 0, 1, 3}), {c[2], c[0], c[1] * c[3]});
+}
+
+}  // namespace shardscope

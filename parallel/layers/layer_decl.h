@@ -1,0 +1,139 @@
+// The Transformer layer declared once, as data: its modules in forward order, each with its scope,
+// what it computes (its kind), its parameters (name, shape, initialisation, and how tensor
+// parallelism splits them), and the activations it saves for backward (the terms of the memory
+// model, with the formula each contributes). What other parts of shardscope know of the layer's
+// structure they derive from this table: the parameter table of the single-device layer
+// (transformer_layer.cpp), the placement of every parameter in each parallel mode
+// (parallel_layer.cpp, the visualizer's layout), which gradients need a reduction, the activation
+// model (models/memory_model.cpp) and the scopes a breakpoint or a layout can name.
+// docs/architecture.md, "The layer's declaration", shows how to add a module.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/shape.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/placement.h"
+
+namespace shardscope::decl {
+
+// A width of the layer, resolved against a configuration (width()).
+enum class Width : std::uint8_t {
+  none,    // a vector parameter has no input width
+  hidden,  // h
+  qkv,     // the fused query, key and value columns: 3h
+  ffn,     // the MLP's inner width: 4h
+};
+std::int64_t width(Width w, const LayerConfig& c);
+const char* width_name(Width w);  // "h", "3h", "4h"
+
+enum class Init : std::uint8_t {
+  normal,  // Normal(0, 0.02), the GPT-2 / Megatron start of linear weights and biases
+  one,     // LayerNorm weight
+  zero,    // LayerNorm bias
+};
+
+// How Megatron's tensor parallelism (tp, tp-sp) splits a parameter; the other modes replicate all.
+enum class TpSplit : std::uint8_t {
+  none,     // replicated (LayerNorms, the bias added after a row-parallel reduction)
+  columns,  // a column-parallel linear's output dim: weight Shard(1), bias Shard(0)
+  rows,     // a row-parallel linear's input dim: weight Shard(0)
+};
+
+struct ParamDecl {
+  const char* name;    // within the module: "weight", "bias"
+  const char* symbol;  // in the papers' and the visualizer's notation: "W_qkv", "b_qkv"
+  Width in;            // none: a vector [out]; else a matrix [in, out] (weights are [in, out])
+  Width out;
+  Init init;
+  TpSplit split;
+};
+
+// What a module computes; the single-device and parallel layers run each kind their own way.
+enum class Kind : std::uint8_t {
+  layernorm,
+  column_linear,  // tp: Shard(2) output from a replicated (tp-sp: gathered) input
+  row_linear,     // tp: Shard(2) input, a Partial sum reduced (tp-sp: reduce-scattered)
+  scores,         // q k^T / sqrt(d)
+  softmax,        // causal softmax over the scores
+  dropout,
+  context,  // probs x v, the heads merged back to [s, b, h]
+  heads,    // the fused qkv split into per-head q, k, v (Ulysses: an all-to-all each)
+  gelu,
+  residual,
+};
+
+// How a saved activation is split across t ranks in each mode (models/memory_model.cpp):
+enum class SavedSplit : std::uint8_t {
+  block,   // an [s, b, h] activation between the blocks: whole under tp, s/t rows otherwise
+  input,   // a column-parallel linear's input: whole under tp (and tp-sp keeping the gathered
+           // input), s/t rows otherwise
+  heads,   // inside attention: a/t heads (or, for [s, b, h] ones, h/t columns) in every mode
+  columns  // the MLP's inner activations: 4h/t columns under tp, s/t rows under Ulysses
+};
+
+// One term of the activation model: bytes = (a_sbh * A + m_sbh * M) sbh + (a_as2b * A + m_as2b * M)
+// as^2b, split by `split`, where A is the activation dtype's size and M = 1 (a byte mask).
+struct SavedDecl {
+  const char* what;  // "LayerNorm 1 input"
+  const char* op;    // the op that saves it, as the memory ledger names it ("layernorm"); empty:
+                     // the module's column-parallel linear op (matmul, or gather_matmul in tp-sp)
+  double a_sbh, m_sbh, a_as2b, m_as2b;
+  SavedSplit split;
+  enum class When : std::uint8_t { always, with_dropout, without_dropout } when = When::always;
+};
+
+struct ModuleDecl {
+  const char* scope;  // "attn.qkv": the ops of the module run in this scope
+  Kind kind;
+  std::vector<ParamDecl> params;
+  std::vector<SavedDecl> saved;
+  int dropout_site = -1;  // Kind::dropout: the Philox stream of its mask (DropoutSite)
+};
+
+// The layer's modules in forward order.
+const std::vector<ModuleDecl>& modules();
+
+// The declared modules by role, for the code that runs them: each refers into modules().
+struct Modules {
+  const ModuleDecl &ln1, &qkv, &heads, &scores, &softmax, &attn_dropout, &context, &proj,
+      &out_dropout, &residual1, &ln2, &fc1, &gelu, &fc2, &mlp_dropout, &residual2;
+};
+const Modules& layer();
+
+// Scopes of a run around the layer's modules: the loss, and the all-reduces that complete the
+// partial gradients of replicated parameters.
+inline constexpr const char* kLossScope = "loss";
+inline constexpr const char* kGradReduceScope = "grad_reduce";
+
+// The full name of a module's parameter: "attn.qkv.weight". Throws ArgumentError when the module
+// declares no parameter of that name.
+std::string param_name(const ModuleDecl& m, const char* name);
+std::string weight(const ModuleDecl& m);  // param_name(m, "weight")
+std::string bias(const ModuleDecl& m);    // param_name(m, "bias")
+// The module of `scope`; throws ArgumentError naming the declared scopes when there is none.
+const ModuleDecl& module(const std::string& scope);
+
+// A parameter of the layer, resolved against a configuration.
+struct Param {
+  std::string name;  // "attn.qkv.weight": module scope + "." + parameter name
+  const ModuleDecl* module;
+  const ParamDecl* decl;
+  Shape shape;
+  std::vector<std::string> dims;  // {"h", "3h"}: the names of the shape's dims
+};
+// Every parameter of the layer, in module order (the order of LayerWeights and of dumps).
+std::vector<Param> parameters(const LayerConfig& c);
+// The parameter named `name` ("attn.qkv.weight"); throws ArgumentError naming the declared ones.
+Param parameter(const LayerConfig& c, const std::string& name);
+
+// Where a rank's shard of the parameter comes from in `mode`: tp and tp-sp split it as its
+// TpSplit says, every other mode replicates it.
+Placement placement(const ParamDecl& p, ParallelMode mode);
+// Whether each rank's gradient of the parameter is a partial sum that an all-reduce completes:
+// a replicated parameter applied to sequence-sharded activations (tp-sp, ulysses).
+bool partial_grad(const ParamDecl& p, ParallelMode mode);
+
+}  // namespace shardscope::decl

@@ -1,0 +1,39 @@
+// ColumnParallelLinear and RowParallelLinear (Shoeybi et al. 2019), with the sequence-parallel
+// variants of Korthikanti et al. 2022. Weights are [in, out]; a rank holds a column block
+// [in, out/t] (column parallel) or a row block [in/t, out] (row parallel).
+//
+//   column, TP:     x Replicate -> copy_to_tp -> x W_r + b_r            -> Shard(-1)
+//   column, TP-SP:  x Shard(0)  -> all-gather x, x W_r + b_r            -> Shard(-1)
+//                   saves only the local x shard and all-gathers it again in backward (as
+//                   Megatron does), or keeps the gathered x when keep_gathered_input is set
+//   row, TP:        x Shard(-1) -> x_r W_r (Partial) -> reduce_from_tp  -> + b -> Replicate
+//   row, TP-SP:     x Shard(-1) -> x_r W_r (Partial) -> reduce_scatter_seq -> + b -> Shard(0)
+#pragma once
+
+#include "parallel/comm/process_group.h"
+#include "parallel/layers/placement.h"
+#include "parallel/layers/planted_bug.h"
+
+namespace shardscope {
+
+struct ParallelLinearOptions {
+  bool sequence_parallel = false;
+  bool keep_gathered_input = false;  // TP-SP column only
+  // row-bias-added-every-rank, f-backward-identity and sp-gather-wrong-dim are planted here.
+  PlantedBug planted_bug = PlantedBug::none;
+};
+
+ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
+                                      const Tensor& weight_shard, const Tensor& bias_shard,
+                                      const ParallelLinearOptions& options);
+ParallelTensor row_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
+                                   const Tensor& weight_shard, const Tensor& bias,
+                                   const ParallelLinearOptions& options);
+
+// The sequence-parallel product of the column linear as one autograd op ("gather_matmul"):
+// y = all_gather(x_shard) W. Exposed for tests.
+// `bug` plants sp-gather-wrong-dim.
+Tensor gather_matmul(ProcessGroup& group, const Tensor& x_shard, const Tensor& weight,
+                     bool keep_gathered_input, PlantedBug bug = PlantedBug::none);
+
+}  // namespace shardscope

@@ -1,0 +1,74 @@
+// The pre-LayerNorm Transformer layer, single device. Activations are [s, b, h]:
+//   x -> LN1 -> QKV linear -> attention core (scores, 1/sqrt(d), causal softmax, dropout,
+//   probs x V) -> output linear -> dropout -> + x = h1
+//   h1 -> LN2 -> fc1 (4h) -> GeLU -> fc2 -> dropout -> + h1 = y
+// Weights are [in, out]. The QKV columns are grouped by head: column (head * 3 + j) * d + i holds
+// element i of the head's query (j = 0), key (j = 1) or value (j = 2), d = h / a, so a column
+// shard of whole heads holds their q, k and v together (docs/architecture.md).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "parallel/layers/layer_config.h"
+#include "parallel/layers/layer_decl.h"
+
+namespace shardscope {
+
+struct LayerWeights {
+  Tensor ln1_weight, ln1_bias;    // [h]
+  Tensor qkv_weight, qkv_bias;    // [h, 3h], [3h]
+  Tensor proj_weight, proj_bias;  // [h, h], [h]
+  Tensor ln2_weight, ln2_bias;    // [h]
+  Tensor fc1_weight, fc1_bias;    // [h, 4h], [4h]
+  Tensor fc2_weight, fc2_bias;    // [4h, h], [h]
+
+  // The declared names (decl::parameters, layer_decl.h), in the declared order.
+  std::vector<std::pair<std::string, Tensor>> named() const;
+  std::vector<Tensor> parameters() const;
+  static const std::vector<std::string>& parameter_names();
+};
+
+// What a seed is drawn for: kernels::derive_seed(config.seed, purpose) keys each stream.
+enum SeedPurpose : std::uint64_t {
+  kSeedInput = 1,
+  kSeedTarget = 2,
+  kSeedOutputGrad = 3,
+  kSeedWeights = 0x10000,  // + 64 * layer + parameter index
+};
+
+// Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), LayerNorm
+// weights 1 and biases 0 (the usual GPT-2 / Megatron start).
+LayerWeights make_layer_weights(Context& ctx, const LayerConfig& config);
+// The same values as parameters of another context (another rank, a reference run).
+LayerWeights copy_weights(const LayerWeights& weights, Context& ctx);
+
+// The dropout sites of a layer, numbered for their Philox streams: the declared dropout modules'
+// ModuleDecl::dropout_site (attn.dropout, attn.out_dropout, mlp.dropout), named for the labs.
+enum DropoutSite : int { kAttentionProbs = 0, kAttentionOutput = 1, kMlpOutput = 2 };
+
+class TransformerLayer {
+ public:
+  // Throws ArgumentError on a bad config or weights of the wrong shape.
+  TransformerLayer(const LayerConfig& config, LayerWeights weights);
+
+  // x [s, b, h] -> [s, b, h]. Ops run in the scopes of the declared modules (layer_decl.h).
+  Tensor forward(const Tensor& x) const;
+
+  const LayerConfig& config() const { return config_; }
+  const LayerWeights& weights() const { return weights_; }
+  std::vector<Tensor> parameters() const { return weights_.parameters(); }
+
+ private:
+  Tensor attention(const Tensor& x) const;
+  Tensor mlp(const Tensor& x) const;
+  Tensor linear(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
+                const Tensor& b) const;
+
+  LayerConfig config_;
+  LayerWeights weights_;
+};
+
+}  // namespace shardscope

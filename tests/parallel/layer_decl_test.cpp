@@ -1,0 +1,207 @@
+// The layer's declaration (parallel/layers/layer_decl.h) and the parts derived from it agree: the
+// single-device layer's parameters, the parallel layer's placements and gradient reductions, the
+// activation model's terms, and the scopes every op of a run executes in, in every mode.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "autograd/context.h"
+#include "autograd/observer.h"
+#include "parallel/comm/spmd.h"
+#include "parallel/layers/layer_decl.h"
+#include "parallel/layers/parallel_layer.h"
+#include "parallel/layers/transformer_layer.h"
+#include "parallel/models/memory_model.h"
+#include "parallel/run/layer_run.h"
+
+namespace shardscope {
+namespace {
+
+LayerConfig small(ParallelMode mode, int degree) {
+  LayerConfig c;
+  c.mode = mode;
+  c.degree = degree;
+  c.seq = 8;
+  c.batch = 2;
+  c.hidden = 16;
+  c.heads = 4;
+  c.dropout = 0.1;
+  return c;
+}
+
+std::set<std::string> declared_scopes() {
+  std::set<std::string> out;
+  for (const decl::ModuleDecl& m : decl::modules()) out.insert(m.scope);
+  return out;
+}
+
+TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
+  Context ctx;
+  const LayerConfig c = small(ParallelMode::single, 1);
+  const LayerWeights w = make_layer_weights(ctx, c);
+  const std::vector<decl::Param> declared = decl::parameters(c);
+  const auto named = w.named();
+  ASSERT_EQ(named.size(), declared.size());
+  for (std::size_t i = 0; i < declared.size(); ++i) {
+    EXPECT_EQ(named[i].first, declared[i].name);
+    EXPECT_EQ(named[i].second.shape(), declared[i].shape) << declared[i].name;
+    EXPECT_EQ(named[i].second.name(), declared[i].name);
+    const double first = named[i].second.to_vector().front();
+    switch (declared[i].decl->init) {
+      case decl::Init::one:
+        EXPECT_EQ(first, 1.0) << declared[i].name;
+        break;
+      case decl::Init::zero:
+        EXPECT_EQ(first, 0.0) << declared[i].name;
+        break;
+      case decl::Init::normal:
+        EXPECT_NE(first, 0.0) << declared[i].name;
+        break;
+    }
+  }
+  // Widths by name: the fused QKV is [h, 3h], fc2 [4h, h].
+  EXPECT_EQ(decl::parameter(c, "attn.qkv.weight").shape, (Shape{16, 48}));
+  EXPECT_EQ(decl::parameter(c, "mlp.fc2.weight").shape, (Shape{64, 16}));
+  EXPECT_EQ(decl::parameter(c, "mlp.fc2.weight").dims, (std::vector<std::string>{"4h", "h"}));
+}
+
+// Megatron's split: column-parallel weights Shard(1) and biases Shard(0), row-parallel weights
+// Shard(0) with a replicated bias, LayerNorms replicated; Ulysses replicates everything. The
+// parallel layer places its parameters as declared and reduces exactly the partial gradients.
+TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
+  const decl::Modules& m = decl::layer();
+  EXPECT_EQ(decl::placement(m.qkv.params[0], ParallelMode::tp), Placement::shard(1));
+  EXPECT_EQ(decl::placement(m.qkv.params[1], ParallelMode::tp), Placement::shard(0));
+  EXPECT_EQ(decl::placement(m.fc2.params[0], ParallelMode::tp_sp), Placement::shard(0));
+  EXPECT_EQ(decl::placement(m.fc2.params[1], ParallelMode::tp_sp), Placement::replicate());
+  EXPECT_EQ(decl::placement(m.ln1.params[0], ParallelMode::tp), Placement::replicate());
+  EXPECT_EQ(decl::placement(m.qkv.params[0], ParallelMode::ulysses), Placement::replicate());
+  EXPECT_FALSE(decl::partial_grad(m.ln1.params[0], ParallelMode::tp));
+  EXPECT_TRUE(decl::partial_grad(m.ln1.params[0], ParallelMode::tp_sp));
+  EXPECT_FALSE(decl::partial_grad(m.qkv.params[0], ParallelMode::tp_sp));
+  EXPECT_TRUE(decl::partial_grad(m.qkv.params[0], ParallelMode::ulysses));
+
+  for (const ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    SCOPED_TRACE(mode_name(mode));
+    const LayerConfig c = small(mode, 2);
+    run_spmd(2, SpmdOptions{}, [&](RankEnv& env) {
+      const LayerWeights full = make_layer_weights(env.ctx, c);
+      const ParallelTransformerLayer layer(c, env.group, full);
+      ASSERT_EQ(layer.parameters().size(), decl::parameters(c).size());
+      for (const ShardedParameter& p : layer.parameters()) {
+        const decl::Param d = decl::parameter(c, p.name);
+        EXPECT_EQ(p.module, d.module) << p.name;
+        EXPECT_EQ(p.placement, decl::placement(*d.decl, mode)) << p.name;
+        EXPECT_EQ(p.partial_grad, decl::partial_grad(*d.decl, mode)) << p.name;
+        EXPECT_EQ(p.global, d.shape) << p.name;
+      }
+    });
+  }
+}
+
+// Every term of the activation model is a declared module's, and every declared term of the
+// configuration (dropout on or off) is in the model, once.
+TEST(LayerDecl, TheActivationModelsTermsAreTheDeclaredOnes) {
+  for (const double dropout : {0.0, 0.1}) {
+    for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
+                                    ParallelMode::ulysses}) {
+      LayerConfig c = small(mode, mode == ParallelMode::single ? 1 : 2);
+      c.dropout = dropout;
+      const ActivationModel model = activation_model(c, false);
+      std::multiset<std::string> declared, modelled;
+      for (const decl::ModuleDecl& m : decl::modules()) {
+        for (const decl::SavedDecl& d : m.saved) {
+          const bool applies = d.when == decl::SavedDecl::When::always ||
+                               (d.when == decl::SavedDecl::When::with_dropout) == (dropout > 0);
+          if (applies) declared.insert(std::string(m.scope) + ": " + d.what);
+        }
+      }
+      for (const ActivationTerm& t : model.terms) modelled.insert(t.scope + ": " + t.what);
+      EXPECT_EQ(modelled, declared) << mode_name(mode) << " dropout " << dropout;
+    }
+  }
+}
+
+// Records the scope of every op a rank runs.
+class ScopeRecorder final : public Observer {
+ public:
+  void on_op_begin(const OpEvent& e) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    scopes_.insert(std::string(e.site.scope));
+  }
+  std::set<std::string> scopes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return scopes_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::string> scopes_;
+};
+
+// The code runs the declaration: every op of a training step, forward and backward, executes in
+// a declared module's scope (or the run's loss and gradient reduction), and every declared
+// module runs, in every mode.
+TEST(LayerDecl, EveryOpOfARunIsInADeclaredScopeInEveryMode) {
+  std::set<std::string> allowed = declared_scopes();
+  allowed.insert(decl::kLossScope);
+  allowed.insert(decl::kGradReduceScope);
+  for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
+                                  ParallelMode::ulysses}) {
+    SCOPED_TRACE(mode_name(mode));
+    LayerRunSpec spec;
+    spec.layer = small(mode, mode == ParallelMode::single ? 1 : 2);
+    spec.steps = 1;
+    spec.check = false;  // the reference layer's ops are not the run's
+    ScopeRecorder recorder;
+    run_spmd(spec.layer.degree, SpmdOptions{}, [&](RankEnv& env) {
+      ObserverGuard attach(env.ctx, recorder);
+      run_layer_rank(env, spec);
+    });
+    const std::set<std::string> seen = recorder.scopes();
+    for (const std::string& scope : seen) {
+      if (scope.empty()) continue;  // the run's own ops outside the layer (data, the optimiser)
+      EXPECT_TRUE(allowed.count(scope)) << "an op ran in scope \"" << scope
+                                        << "\", which the layer's declaration does not have";
+    }
+    for (const std::string& scope : declared_scopes()) {
+      EXPECT_TRUE(seen.count(scope)) << "the declared module " << scope << " never ran";
+    }
+  }
+}
+
+TEST(LayerDecl, DropoutSitesAndLookupsNameWhatIsDeclared) {
+  const decl::Modules& m = decl::layer();
+  EXPECT_EQ(m.attn_dropout.dropout_site, kAttentionProbs);
+  EXPECT_EQ(m.out_dropout.dropout_site, kAttentionOutput);
+  EXPECT_EQ(m.mlp_dropout.dropout_site, kMlpOutput);
+  EXPECT_EQ(decl::weight(m.qkv), "attn.qkv.weight");
+  try {
+    decl::module("attn.qvk");
+    FAIL() << "an undeclared module was found";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("no module \"attn.qvk\" (declared: ln1, attn.qkv,"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    decl::bias(m.gelu);
+    FAIL() << "gelu has no bias";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("module mlp.gelu has no parameter bias (declared: none)"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    decl::parameter(small(ParallelMode::single, 1), "attn.qkv.wieght");
+    FAIL() << "an undeclared parameter was found";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("no parameter \"attn.qkv.wieght\""), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
