@@ -152,6 +152,30 @@ class LayerGuard {
   int previous_;
 };
 
+// Names the work done outside any op (a collective a layer issues itself, a check) as the op
+// `op`, in `phase`, for logs, events and errors; restores the previous op and phase on exit,
+// also when the work throws.
+class CurrentOpGuard {
+ public:
+  CurrentOpGuard(Context& ctx, std::string op, Phase phase)
+      : ctx_(ctx), op_(ctx.current_op()), phase_(ctx.phase()) {
+    ctx.set_current_op(std::move(op));
+    ctx.set_phase(phase);
+  }
+  CurrentOpGuard(Context& ctx, std::string op) : CurrentOpGuard(ctx, std::move(op), ctx.phase()) {}
+  ~CurrentOpGuard() {
+    ctx_.set_current_op(op_);
+    ctx_.set_phase(phase_);
+  }
+  CurrentOpGuard(const CurrentOpGuard&) = delete;
+  CurrentOpGuard& operator=(const CurrentOpGuard&) = delete;
+
+ private:
+  Context& ctx_;
+  std::string op_;
+  Phase phase_;
+};
+
 // Attaches an observer for the lifetime of the guard.
 class ObserverGuard {
  public:

@@ -283,11 +283,9 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
   Context& ctx = group_.ctx();
   NoGradGuard no_grad(ctx);
   LayerGuard layer(ctx, config_.layer);
-  const Phase phase = ctx.phase();
-  ctx.set_phase(Phase::backward);  // these reductions finish the backward
   ScopeGuard scope(ctx, decl::kGradReduceScope);
-  const std::string previous = ctx.current_op();
-  ctx.set_current_op("reduce_parameter_gradients");  // names the all-reduces in logs and errors
+  // Names the all-reduces in logs and errors; these reductions finish the backward.
+  CurrentOpGuard op(ctx, "reduce_parameter_gradients", Phase::backward);
   const PlantedBug bug = config_.planted_bug;
   const double inverse_t = 1.0 / group_.size();
   for (ShardedParameter& p : params_) {
@@ -320,17 +318,13 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
                    "sum over the ranks overflowed");
     }
   }
-  ctx.set_current_op(previous);
-  ctx.set_phase(phase);
 }
 
 void ParallelTransformerLayer::check_replicated() const {
   Context& ctx = group_.ctx();
-  const std::string previous = ctx.current_op();
-  ctx.set_current_op("check_replicated");
+  CurrentOpGuard op(ctx, "check_replicated");
   // A missing all-reduce leaves finite copies that differ; NaN or Inf has another cause.
   auto fail = [&](const std::string& what, bool finite = true) {
-    ctx.set_current_op(previous);
     throw Error(what + " (rank " + std::to_string(group_.rank()) + ")" +
                 (finite ? ": is a gradient all-reduce missing?"
                         : ": the values overflowed or became NaN, not a missing all-reduce"));
@@ -357,7 +351,6 @@ void ParallelTransformerLayer::check_replicated() const {
       }
     }
   }
-  ctx.set_current_op(previous);
 }
 
 }  // namespace shardscope

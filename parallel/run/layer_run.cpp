@@ -166,13 +166,14 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
     mine.insert(mine.end(), {static_cast<double>(e.elements), static_cast<double>(e.failed),
                              e.max_abs, e.worst});
   }
-  env.ctx.set_current_op("reference_check");
-  const std::vector<double> all =
-      env.group
-          .all_gather(Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(mine.size())}, mine,
-                                          DType::f64),
-                      CommPurpose::check)
-          .to_vector();
+  const std::vector<double> all = [&] {
+    CurrentOpGuard op(env.ctx, "reference_check");
+    return env.group
+        .all_gather(Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(mine.size())}, mine,
+                                        DType::f64),
+                    CommPurpose::check)
+        .to_vector();
+  }();
   std::vector<TensorCheck> out;
   for (std::size_t i = 0; i < c.names.size(); ++i) {
     const bool replicated = !c.got[i].placement.is_shard();
