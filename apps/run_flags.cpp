@@ -130,6 +130,27 @@ bool RunFlags::is_run_flag(const std::string& name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
+std::string with_flags(const ConfigError& e) {
+  // The flags of shardscope run, debug, mlp-ln and shardscope-viz that set each field.
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"mode", "--mode"},   {"degree", "--degree"},        {"seq", "--seq"},
+      {"batch", "--batch"}, {"hidden", "--hidden"},        {"heads", "--heads"},
+      {"ffn", "--ffn"},     {"dropout", "--dropout"},      {"dtype", "--dtype"},
+      {"seed", "--seed"},   {"planted_bug", "--plant-bug"}};
+  std::vector<std::string> flags;
+  for (const std::string& field : e.fields()) {
+    for (const auto& [name, flag] : kFlags) {
+      if (field == name) flags.emplace_back(flag);
+    }
+  }
+  std::string out = e.what();
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    out += i == 0 ? " (set by " : i + 1 == flags.size() ? " and " : ", ";
+    out += flags[i];
+  }
+  return flags.empty() ? out : out + ")";
+}
+
 RunOptions RunFlags::resolve(bool timeout_set) const {
   RunOptions o = options;
   o.spec.layer.mode = parse_mode(mode);

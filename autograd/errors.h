@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shardscope {
 
@@ -35,6 +37,19 @@ class StateError : public Error {
 class ArgumentError : public Error {
  public:
   using Error::Error;
+};
+
+// A configuration that breaks one of its own rules. The message names the configuration's fields
+// ("hidden 30 must be divisible by heads 4") and fields() lists them, so that a command line can
+// say which of its flags set them: the library knows no flags.
+class ConfigError : public ArgumentError {
+ public:
+  ConfigError(const std::string& message, std::vector<std::string> fields)
+      : ArgumentError(message), fields_(std::move(fields)) {}
+  const std::vector<std::string>& fields() const { return fields_; }
+
+ private:
+  std::vector<std::string> fields_;
 };
 
 // A device had no memory left for an allocation: the message names the bytes asked for and the

@@ -27,36 +27,44 @@ ParallelMode parse_mode(const std::string& name) {
        {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
     if (name == mode_name(m)) return m;
   }
-  throw ArgumentError("--mode " + name + " is not a mode: expected single, tp, tp-sp or ulysses");
+  throw ConfigError("mode \"" + name + "\" is not a mode: expected single, tp, tp-sp or ulysses",
+                    {"mode"});
 }
 
-void require_positive(const char* flag, std::int64_t value) {
+void require_positive(const char* field, std::int64_t value) {
   if (value <= 0) {
-    throw ArgumentError(std::string(flag) + " must be a positive integer, given " +
-                        std::to_string(value));
+    throw ConfigError(
+        std::string(field) + " must be a positive integer, given " + std::to_string(value),
+        {field});
   }
 }
 
 void LayerConfig::validate() const {
-  require_positive("--seq", seq);
-  require_positive("--batch", batch);
-  require_positive("--hidden", hidden);
-  require_positive("--heads", heads);
-  require_positive("--degree", degree);
+  require_positive("seq", seq);
+  require_positive("batch", batch);
+  require_positive("hidden", hidden);
+  require_positive("heads", heads);
+  require_positive("degree", degree);
   if (hidden % heads != 0) {
-    throw ArgumentError("--hidden " + std::to_string(hidden) + " must be divisible by --heads " +
-                        std::to_string(heads) + " (each head gets hidden/heads features)");
+    throw ConfigError("hidden " + std::to_string(hidden) + " must be divisible by heads " +
+                          std::to_string(heads) + " (each head gets hidden/heads features)",
+                      {"hidden", "heads"});
   }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
-    throw ArgumentError("--dropout must be in [0, 1), given " + std::to_string(dropout));
+    throw ConfigError("dropout must be in [0, 1), given " + std::to_string(dropout), {"dropout"});
   }
-  if (!is_floating(dtype)) throw ArgumentError("the layer runs in f32 or f64");
-  if (!(layernorm_eps > 0.0)) throw ArgumentError("the LayerNorm eps must be > 0");
+  if (!is_floating(dtype)) {
+    throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": the layer runs in f32 or f64",
+                      {"dtype"});
+  }
+  if (!(layernorm_eps > 0.0)) {
+    throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),
+                      {"layernorm_eps"});
+  }
   if (layer < 0 || layer >= (1 << 23)) {
-    throw ArgumentError(
-        "the layer index must be in [0, 2^23) (it keys the dropout streams), "
-        "given " +
-        std::to_string(layer));
+    throw ConfigError(
+        "layer must be in [0, 2^23) (it keys the dropout streams), given " + std::to_string(layer),
+        {"layer"});
   }
   // The largest tensors are the scores [b, a, s, s] and the MLP activation [s, b, 4h].
   const double scores = static_cast<double>(batch) * static_cast<double>(heads) *
@@ -67,15 +75,17 @@ void LayerConfig::validate() const {
   if (scores > kMaxElements || mlp > kMaxElements) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", std::max(scores, mlp));
-    throw ArgumentError("--seq " + std::to_string(seq) + " --batch " + std::to_string(batch) +
-                        " --heads " + std::to_string(heads) + " --hidden " +
-                        std::to_string(hidden) + " need tensors of " + count +
-                        " elements, more than the 1e12 this build accepts");
+    throw ConfigError("seq " + std::to_string(seq) + ", batch " + std::to_string(batch) +
+                          ", heads " + std::to_string(heads) + ", hidden " +
+                          std::to_string(hidden) + " need tensors of " + count +
+                          " elements, more than the 1e12 this build accepts",
+                      {"seq", "batch", "heads", "hidden"});
   }
   validate_planted_bug(planted_bug, mode, dropout, causal);
   if (mode == ParallelMode::single && degree != 1) {
-    throw ArgumentError("--mode single runs on one rank: --degree must be 1, given " +
-                        std::to_string(degree));
+    throw ConfigError(
+        "mode single runs on one rank: degree must be 1, given " + std::to_string(degree),
+        {"mode", "degree"});
   }
 }
 

@@ -13,11 +13,11 @@ namespace shardscope {
 enum class ParallelMode : std::uint8_t { single, tp, tp_sp, ulysses };
 
 const char* mode_name(ParallelMode mode);  // "single", "tp", "tp-sp", "ulysses"
-// Throws ArgumentError listing the accepted names.
+// Throws ConfigError (field "mode") listing the accepted names.
 ParallelMode parse_mode(const std::string& name);
 
-// Throws ArgumentError "<flag> must be a positive integer, given <value>" when value <= 0.
-void require_positive(const char* flag, std::int64_t value);
+// Throws ConfigError "<field> must be a positive integer, given <value>" when value <= 0.
+void require_positive(const char* field, std::int64_t value);
 
 struct LayerConfig {
   std::int64_t seq = 16;     // s

@@ -101,17 +101,24 @@ std::vector<Tensor> gather_results(ProcessGroup& g, const ParallelMlpLnBlock& bl
 }  // namespace
 
 void MlpLnConfig::validate() const {
-  require_positive("--seq", seq);
-  require_positive("--batch", batch);
-  require_positive("--hidden", hidden);
-  require_positive("--ffn", ffn);
-  require_positive("--degree", degree);
+  require_positive("seq", seq);
+  require_positive("batch", batch);
+  require_positive("hidden", hidden);
+  require_positive("ffn", ffn);
+  require_positive("degree", degree);
   if (ffn % degree != 0) {
-    throw ArgumentError("--ffn " + std::to_string(ffn) + " must be divisible by --degree " +
-                        std::to_string(degree) + " (each rank normalises ffn/degree features)");
+    throw ConfigError("ffn " + std::to_string(ffn) + " must be divisible by degree " +
+                          std::to_string(degree) + " (each rank normalises ffn/degree features)",
+                      {"ffn", "degree"});
   }
-  if (!is_floating(dtype)) throw ArgumentError("--dtype: the block runs in f32 or f64");
-  if (!(layernorm_eps > 0.0)) throw ArgumentError("the LayerNorm eps must be > 0");
+  if (!is_floating(dtype)) {
+    throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": the block runs in f32 or f64",
+                      {"dtype"});
+  }
+  if (!(layernorm_eps > 0.0)) {
+    throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),
+                      {"layernorm_eps"});
+  }
   const double rows = static_cast<double>(seq) * static_cast<double>(batch);
   const double largest = std::max({rows * static_cast<double>(std::max(hidden, ffn)),
                                    static_cast<double>(hidden) * static_cast<double>(ffn)});
@@ -119,10 +126,11 @@ void MlpLnConfig::validate() const {
   if (largest > kMaxElements) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", largest);
-    throw ArgumentError("--seq " + std::to_string(seq) + " --batch " + std::to_string(batch) +
-                        " --hidden " + std::to_string(hidden) + " --ffn " + std::to_string(ffn) +
-                        " need tensors of " + count +
-                        " elements, more than the 1e12 this build accepts");
+    throw ConfigError("seq " + std::to_string(seq) + ", batch " + std::to_string(batch) +
+                          ", hidden " + std::to_string(hidden) + ", ffn " + std::to_string(ffn) +
+                          " need tensors of " + count +
+                          " elements, more than the 1e12 this build accepts",
+                      {"seq", "batch", "hidden", "ffn"});
   }
 }
 
@@ -183,7 +191,7 @@ ParallelMlpLnBlock::ParallelMlpLnBlock(const MlpLnConfig& config, ShardedNorm no
     : config_(config), norm_(norm), group_(group) {
   config_.validate();
   if (group.size() != config_.degree) {
-    throw ArgumentError(block_where(group.ctx()) + ": --degree " + std::to_string(config_.degree) +
+    throw ArgumentError(block_where(group.ctx()) + ": degree " + std::to_string(config_.degree) +
                         " but the group has " + std::to_string(group.size()) + " ranks");
   }
   for (const WeightSlot& slot : kWeightSlots) {

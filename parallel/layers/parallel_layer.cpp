@@ -17,8 +17,8 @@ bool sequence_sharded(ParallelMode mode) {
   return mode == ParallelMode::tp_sp || mode == ParallelMode::ulysses;
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw ArgumentError(message);
+void require(bool ok, const std::string& message, std::vector<std::string> fields) {
+  if (!ok) throw ConfigError(message, std::move(fields));
 }
 
 // PLANTED BUG qkv-block-split: the fused QKV weight [h, 3h] (or bias [3h]) sliced as if its
@@ -45,20 +45,24 @@ void validate_parallel_config(const LayerConfig& c) {
   c.validate();
   if (c.mode == ParallelMode::single) return;
   const std::string t = std::to_string(c.degree);
-  const std::string mode = std::string("--mode ") + mode_name(c.mode);
+  const std::string mode = std::string("mode ") + mode_name(c.mode);
   if (c.mode == ParallelMode::ulysses) {
-    require(c.degree <= c.heads, mode + ": --degree " + t + " is above --heads " +
-                                     std::to_string(c.heads) +
-                                     " (Ulysses gives each rank whole heads)");
+    require(c.degree <= c.heads,
+            mode + ": degree " + t + " is above heads " + std::to_string(c.heads) +
+                " (Ulysses gives each rank whole heads)",
+            {"degree", "heads"});
   }
   require(c.heads % c.degree == 0,
-          mode + ": --heads " + std::to_string(c.heads) + " must be divisible by --degree " + t);
+          mode + ": heads " + std::to_string(c.heads) + " must be divisible by degree " + t,
+          {"heads", "degree"});
   require(c.hidden % c.degree == 0,
-          mode + ": --hidden " + std::to_string(c.hidden) + " must be divisible by --degree " + t);
+          mode + ": hidden " + std::to_string(c.hidden) + " must be divisible by degree " + t,
+          {"hidden", "degree"});
   if (sequence_sharded(c.mode)) {
-    require(c.seq % c.degree == 0, mode + ": --seq " + std::to_string(c.seq) +
-                                       " must be divisible by --degree " + t +
-                                       " (each rank holds s/t positions)");
+    require(c.seq % c.degree == 0,
+            mode + ": seq " + std::to_string(c.seq) + " must be divisible by degree " + t +
+                " (each rank holds s/t positions)",
+            {"seq", "degree"});
   }
 }
 
@@ -71,7 +75,7 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
     throw ArgumentError("ParallelTransformerLayer runs tp, tp-sp or ulysses; use TransformerLayer");
   }
   if (group.size() != config_.degree) {
-    throw ArgumentError("ParallelTransformerLayer: --degree " + std::to_string(config_.degree) +
+    throw ArgumentError("ParallelTransformerLayer: degree " + std::to_string(config_.degree) +
                         " but the group has " + std::to_string(group.size()) + " ranks");
   }
   linear_.sequence_parallel = config_.mode == ParallelMode::tp_sp;

@@ -70,21 +70,32 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
     const char* expected;
   };
   const Case cases[] = {
-      {"run --hidden 30 --heads 4", "--hidden 30 must be divisible by --heads 4"},
-      {"run --seq 0", "--seq must be a positive integer, given 0"},
-      {"run --batch -3", "--batch must be a positive integer"},
-      {"run --dropout 1.5", "--dropout must be in [0, 1)"},
-      {"run --mode diagonal", "--mode diagonal is not a mode"},
+      // The library names the configuration's fields; the command line adds the flags.
+      {"run --hidden 30 --heads 4",
+       "hidden 30 must be divisible by heads 4 (each head gets hidden/heads features) (set by "
+       "--hidden and --heads)"},
+      {"run --seq 0", "seq must be a positive integer, given 0 (set by --seq)"},
+      {"run --batch -3", "batch must be a positive integer, given -3 (set by --batch)"},
+      {"run --dropout 1.5", "dropout must be in [0, 1), given 1.500000 (set by --dropout)"},
+      {"run --mode diagonal",
+       "mode \"diagonal\" is not a mode: expected single, tp, tp-sp or "
+       "ulysses (set by --mode)"},
       {"run --dtype f16", "--dtype f16 is not supported"},
       {"run --steps 0", "--steps must be >= 1"},
       {"run --lr nan", "--lr must be a finite number > 0"},
       {"run --lr -1", "--lr must be a finite number > 0"},
       {"run --seq 4294967296 --batch 4294967296 --hidden 4 --heads 4", "more than the 1e12"},
       {"run --seq abc", "--seq"},
-      {"run --mode tp --degree 3 --heads 4", "--heads 4 must be divisible by --degree 3"},
-      {"run --mode tp-sp --degree 4 --seq 10", "--seq 10 must be divisible by --degree 4"},
-      {"run --mode ulysses --degree 8 --heads 4 --hidden 32", "--degree 8 is above --heads 4"},
-      {"run --mode single --degree 2", "--degree must be 1"},
+      {"run --mode tp --degree 3 --heads 4",
+       "mode tp: heads 4 must be divisible by degree 3 (set by --heads and --degree)"},
+      {"run --mode tp-sp --degree 4 --seq 10",
+       "mode tp-sp: seq 10 must be divisible by degree 4 (each rank holds s/t positions) (set by "
+       "--seq and --degree)"},
+      {"run --mode ulysses --degree 8 --heads 4 --hidden 32",
+       "mode ulysses: degree 8 is above heads 4 (Ulysses gives each rank whole heads) (set by "
+       "--degree and --heads)"},
+      {"run --mode single --degree 2",
+       "mode single runs on one rank: degree must be 1, given 2 (set by --mode and --degree)"},
       {"run --comm carrier-pigeon", "--comm carrier-pigeon is not a communicator"},
       {"run --mode tp --degree 2 --keep-gathered-input", "applies to --mode tp-sp only"},
       {"run --no-such-flag", "--no-such-flag"},
@@ -224,7 +235,8 @@ TEST(Cli, MlpLnPrintsBothVerdictsAndRejectsAnFfnNotDivisibleByTheDegree) {
   EXPECT_THAT(r.output, HasSubstr("fc1.weight.grad"));
   const Result bad = run_cli("mlp-ln --ffn 30 --degree 4");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_THAT(bad.output, HasSubstr("--ffn 30 must be divisible by --degree 4"));
+  EXPECT_THAT(bad.output, HasSubstr("ffn 30 must be divisible by degree 4 (each rank normalises "
+                                    "ffn/degree features) (set by --ffn and --degree)"));
   EXPECT_EQ(count_lines(bad.output), 1) << bad.output;
 }
 

@@ -78,7 +78,8 @@ TEST(ParseCommand, BadFlagsAndValuesAreExitTwoWithOneLineNamingThem) {
   };
   const std::vector<Case> cases = {
       {{"run", "--no-such-flag"}, "--no-such-flag"},
-      {{"run", "--mode", "tp", "--degree", "3"}, "--heads 4 must be divisible by --degree 3"},
+      {{"run", "--mode", "tp", "--degree", "3"},
+       "heads 4 must be divisible by degree 3 (set by --heads and --degree)"},
       {{"mlp-ln", "--norm", "bogus"}, "--norm bogus"},
       {{"mlp-ln", "--dtype", "f16"}, "--dtype f16"},
       {{"mlp-ln", "--degree", "3", "--ffn", "64"}, "--ffn"},

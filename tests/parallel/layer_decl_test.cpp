@@ -105,8 +105,8 @@ TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
 // configuration (dropout on or off) is in the model, once.
 TEST(LayerDecl, TheActivationModelsTermsAreTheDeclaredOnes) {
   for (const double dropout : {0.0, 0.1}) {
-    for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
-                                    ParallelMode::ulysses}) {
+    for (const ParallelMode mode :
+         {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
       LayerConfig c = small(mode, mode == ParallelMode::single ? 1 : 2);
       c.dropout = dropout;
       const ActivationModel model = activation_model(c, false);
@@ -148,8 +148,8 @@ TEST(LayerDecl, EveryOpOfARunIsInADeclaredScopeInEveryMode) {
   std::set<std::string> allowed = declared_scopes();
   allowed.insert(decl::kLossScope);
   allowed.insert(decl::kGradReduceScope);
-  for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
-                                  ParallelMode::ulysses}) {
+  for (const ParallelMode mode :
+       {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
     SCOPED_TRACE(mode_name(mode));
     LayerRunSpec spec;
     spec.layer = small(mode, mode == ParallelMode::single ? 1 : 2);
@@ -163,8 +163,8 @@ TEST(LayerDecl, EveryOpOfARunIsInADeclaredScopeInEveryMode) {
     const std::set<std::string> seen = recorder.scopes();
     for (const std::string& scope : seen) {
       if (scope.empty()) continue;  // the run's own ops outside the layer (data, the optimiser)
-      EXPECT_TRUE(allowed.count(scope)) << "an op ran in scope \"" << scope
-                                        << "\", which the layer's declaration does not have";
+      EXPECT_TRUE(allowed.count(scope))
+          << "an op ran in scope \"" << scope << "\", which the layer's declaration does not have";
     }
     for (const std::string& scope : declared_scopes()) {
       EXPECT_TRUE(seen.count(scope)) << "the declared module " << scope << " never ran";

@@ -21,6 +21,7 @@ namespace shardscope {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::TestBackend;
 
 // s = 12, h = 48, a = 12: divisible by the degrees 1, 2, 3 and 4 in every mode.
@@ -230,10 +231,10 @@ TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
     const char* expected;
   };
   const Case cases[] = {
-      {ParallelMode::tp, 16, 32, 4, 3, "--heads 4 must be divisible by --degree 3"},
-      {ParallelMode::tp_sp, 10, 32, 4, 4, "--seq 10 must be divisible by --degree 4"},
-      {ParallelMode::ulysses, 16, 32, 4, 8, "--degree 8 is above --heads 4"},
-      {ParallelMode::ulysses, 18, 36, 6, 4, "--heads 6 must be divisible by --degree 4"},
+      {ParallelMode::tp, 16, 32, 4, 3, "mode tp: heads 4 must be divisible by degree 3"},
+      {ParallelMode::tp_sp, 10, 32, 4, 4, "mode tp-sp: seq 10 must be divisible by degree 4"},
+      {ParallelMode::ulysses, 16, 32, 4, 8, "mode ulysses: degree 8 is above heads 4"},
+      {ParallelMode::ulysses, 18, 36, 6, 4, "mode ulysses: heads 6 must be divisible by degree 4"},
   };
   for (const Case& k : cases) {
     LayerConfig c;
@@ -245,8 +246,12 @@ TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
     try {
       validate_parallel_config(c);
       ADD_FAILURE() << k.expected << ": accepted";
-    } catch (const ArgumentError& e) {
+    } catch (const ConfigError& e) {
+      // The library names the configuration's fields, never a command-line flag.
       EXPECT_THAT(e.what(), HasSubstr(k.expected));
+      EXPECT_THAT(e.what(), Not(HasSubstr("--")));
+      EXPECT_NE(std::find(e.fields().begin(), e.fields().end(), "degree"), e.fields().end())
+          << e.what();
     }
   }
 }

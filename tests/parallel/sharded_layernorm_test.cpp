@@ -253,7 +253,7 @@ TEST(MlpLnBlock, ConfigRulesNameTheFlag) {
     c.validate();
     ADD_FAILURE() << "--ffn 30 --degree 4 accepted";
   } catch (const ArgumentError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--ffn 30 must be divisible by --degree 4"));
+    EXPECT_THAT(e.what(), HasSubstr("ffn 30 must be divisible by degree 4"));
   }
 }
 

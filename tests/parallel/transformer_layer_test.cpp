@@ -132,7 +132,7 @@ TEST_P(TransformerLayerTest, RejectsBadShapesWithTheRule) {
     c.validate();
     FAIL() << "hidden 30 with 4 heads was accepted";
   } catch (const ArgumentError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--hidden 30 must be divisible by --heads 4"));
+    EXPECT_THAT(e.what(), HasSubstr("hidden 30 must be divisible by heads 4"));
   }
   c.hidden = 32;
   TransformerLayer layer(c, make_layer_weights(ctx, c));
