@@ -85,8 +85,8 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
       "where, print, mem, comm, quit)");
   flags.add_to(*debug);
   Command command;
-  MlpLnOptions mlp_ln_options;
-  CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_options);
+  MlpLnFlags mlp_ln_flags;
+  CLI::App* mlp_ln = add_mlp_ln_subcommand(app, mlp_ln_flags);
   CLI::App* check = add_check_subcommand(app, command.check);
   CLI::App* lab = add_lab_subcommand(app, command.lab);
   try {
@@ -130,7 +130,7 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
       }
     } else if (mlp_ln->parsed()) {
       command.name = Command::Name::mlp_ln;
-      command.mlp_ln = parse_mlp_ln_flags(mlp_ln_options);
+      command.mlp_ln = resolve_mlp_ln_flags(mlp_ln_flags);
     } else {
       command.name = check->parsed() ? Command::Name::check : Command::Name::lab;
     }

@@ -18,9 +18,9 @@ namespace shardscope {
 struct Command {
   enum class Name { run, debug, mlp_ln, check, lab };
   Name name = Name::run;
-  RunOptions run;      // run and debug: RunFlags::resolve's options
-  MlpLnFlags mlp_ln;   // mlp-ln: parse_mlp_ln_flags's result
-  CheckOptions check;  // check and lab: as parsed; their mains check what needs the files
+  RunOptions run;       // run and debug: RunFlags::resolve's options
+  MlpLnOptions mlp_ln;  // mlp-ln: resolve_mlp_ln_flags's result
+  CheckOptions check;   // check and lab: as parsed; their mains check what needs the files
   LabOptions lab;
 };
 

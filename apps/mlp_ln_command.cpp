@@ -20,7 +20,7 @@ std::string sci(double v) {
   return text;
 }
 
-void print_header(const MlpLnFlags& p, std::ostream& out) {
+void print_header(const MlpLnOptions& p, std::ostream& out) {
   const MlpLnConfig& c = p.config;
   out << "shardscope mlp-ln: Linear (column) -> LayerNorm over f -> Linear (row), degree "
       << c.degree << " (" << comm_kind_name(p.comm) << "), s=" << c.seq << " b=" << c.batch
@@ -73,7 +73,7 @@ bool print_verdict(const MlpLnComparison& r, const MlpLnConfig& c, std::ostream&
 }
 
 // Runs every rank for one norm; returns rank 0's comparison (empty lists on other MPI ranks).
-MlpLnComparison run_norm(const MlpLnFlags& p, ShardedNorm norm, bool& have_rank0) {
+MlpLnComparison run_norm(const MlpLnOptions& p, ShardedNorm norm, bool& have_rank0) {
   SpmdOptions spmd;
   spmd.comm = p.comm;
   std::mutex mutex;
@@ -91,7 +91,7 @@ MlpLnComparison run_norm(const MlpLnFlags& p, ShardedNorm norm, bool& have_rank0
 
 }  // namespace
 
-CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& o) {
+CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnFlags& o) {
   CLI::App* cmd = app.add_subcommand(
       "mlp-ln",
       "Linear (column parallel) -> LayerNorm over the sharded feature dim -> Linear (row "
@@ -113,8 +113,8 @@ CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& o) {
   return cmd;
 }
 
-MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& o) {
-  MlpLnFlags p;
+MlpLnOptions resolve_mlp_ln_flags(const MlpLnFlags& o) {
+  MlpLnOptions p;
   p.config = o.config;
   p.config.dtype = parse_dtype(o.dtype);
   if (o.norm == "exact" || o.norm == "both") p.norms.push_back(ShardedNorm::exact);
@@ -127,7 +127,7 @@ MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& o) {
   return p;
 }
 
-int mlp_ln_main(const MlpLnFlags& p, std::ostream& out, std::ostream& err) {
+int mlp_ln_main(const MlpLnOptions& p, std::ostream& out, std::ostream& err) {
   try {  // the runs: exit 1
     std::vector<MlpLnComparison> results;
     bool have_rank0 = false;

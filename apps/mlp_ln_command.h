@@ -15,30 +15,31 @@ class App;
 
 namespace shardscope {
 
-// The defaults are the command line's.
-struct MlpLnOptions {
+// The flags as typed (the run command's RunFlags is the same kind); the defaults are the command
+// line's.
+struct MlpLnFlags {
   MlpLnConfig config;
   std::string norm = "both";  // exact, local or both
   std::string dtype = "f32";
   std::string comm = "threads";
 };
 
-// Adds the `mlp-ln` subcommand and its flags to `app`; parsing writes into `options`.
-CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnOptions& options);
+// Adds the `mlp-ln` subcommand and its flags to `app`; parsing writes into `flags`.
+CLI::App* add_mlp_ln_subcommand(CLI::App& app, MlpLnFlags& flags);
 
-// The flags checked and turned into what the runs take.
-struct MlpLnFlags {
+// The flags checked and turned into what the runs take (as RunFlags::resolve gives RunOptions).
+struct MlpLnOptions {
   MlpLnConfig config;              // with the dtype of --dtype
   std::vector<ShardedNorm> norms;  // exact, local, or both in that order
   CommKind comm = CommKind::threads;
 };
 
 // Throws ArgumentError naming the flag and the rule (the command line's exit 2).
-MlpLnFlags parse_mlp_ln_flags(const MlpLnOptions& options);
+MlpLnOptions resolve_mlp_ln_flags(const MlpLnFlags& flags);
 
 // Runs the block for each requested norm and prints the table and the verdicts on `out`.
 // Returns 0; 1 when a run fails (one line on `err`); 3 when `exact` does not equal the
 // single-device block.
-int mlp_ln_main(const MlpLnFlags& flags, std::ostream& out, std::ostream& err);
+int mlp_ln_main(const MlpLnOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace shardscope

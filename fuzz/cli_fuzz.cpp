@@ -2,7 +2,7 @@
 // split at whitespace into argv ("run --mode tp --degree 2") and handed to parse_command
 // (apps/cli.h), the first half of cli_main: the CLI11 app with every subcommand and its flags,
 // then the chosen subcommand's checks (RunFlags::resolve with RunOptions::validate and the
-// layer's rules for run and debug, parse_mlp_ln_flags for mlp-ln). The second half, run_command,
+// layer's rules for run and debug, resolve_mlp_ln_flags for mlp-ln). The second half, run_command,
 // would start SPMD jobs, read dump folders or run CMake, and is never called.
 // Properties: parse_command returns a Command, or 0 after --help with nothing on err, or 2 with
 // the 'shardscope: ...' line naming the flag; any exception, a crash or undefined behaviour is a

@@ -50,7 +50,7 @@ inline std::vector<int> nccl_devices_on_node(const std::string& node,
     const CudaDeviceCount& found = seen[static_cast<std::size_t>(local)];
     if (found.count >= processes) continue;
     throw ArgumentError(
-        too_few_devices_message("--comm nccl under mpirun on node " + node + " (" +
+        too_few_devices_message("comm nccl under mpirun on node " + node + " (" +
                                     std::to_string(processes) +
                                     (processes == 1 ? " rank" : " ranks") + " there; local rank " +
                                     std::to_string(local) + ")",

@@ -36,7 +36,7 @@ std::string nccl_version_report() {
 void run_spmd_nccl(int world, const SpmdOptions& options, const RankFn& fn) {
   std::string why;
   const CudaParallelEntries* entries = entries_or_why(why);
-  if (!entries) throw Error("--comm nccl: " + why);
+  if (!entries) throw Error("comm nccl: " + why);
   entries->run_spmd_nccl(world, options, fn);
 }
 

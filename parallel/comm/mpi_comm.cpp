@@ -200,8 +200,9 @@ void run_spmd_mpi(int world, const SpmdOptions& options, const RankFn& fn) {
   int processes = 0;
   SHARDSCOPE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &processes));
   if (world != processes) {
-    throw ArgumentError("--degree " + std::to_string(world) + " but mpirun started " +
-                        std::to_string(processes) + " processes");
+    throw ConfigError("world " + std::to_string(world) + " but mpirun started " +
+                          std::to_string(processes) + " processes",
+                      {"world"});
   }
   MpiComm comm(MPI_COMM_WORLD);
   // run_spmd refused cuda with MPI: the rank's tensors are host memory, cpu or reference.

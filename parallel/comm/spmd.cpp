@@ -53,7 +53,8 @@ CommKind parse_comm_kind(const std::string& name) {
   if (name == "threads") return CommKind::threads;
   if (name == "mpi") return CommKind::mpi;
   if (name == "nccl") return CommKind::nccl;
-  throw ArgumentError("--comm " + name + " is not a communicator: expected threads, mpi or nccl");
+  throw ConfigError("comm \"" + name + "\" is not a communicator: expected threads, mpi or nccl",
+                    {"comm"});
 }
 
 namespace {
@@ -179,7 +180,7 @@ std::vector<Device> thread_rank_devices(int world, DeviceKind backend, int devic
 }
 
 void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
-  if (world < 1) throw ArgumentError("--degree must be >= 1, given " + std::to_string(world));
+  if (world < 1) throw ConfigError("world must be >= 1, given " + std::to_string(world), {"world"});
   if (options.backend == DeviceKind::cuda && options.comm == CommKind::mpi) {
     throw ArgumentError(
         "backend cuda with comm mpi: MPI moves host memory; use comm nccl (a device per rank) or "
@@ -192,16 +193,18 @@ void run_spmd(int world, const SpmdOptions& options, const RankFn& fn) {
       run_spmd_mpi(world, options, fn);
       return;
 #else
-      throw ArgumentError("--comm mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
+      throw ConfigError("comm mpi: this build has no MPI (install libopenmpi-dev and rebuild)",
+                        {"comm"});
 #endif
     case CommKind::nccl:
 #ifdef SHARDSCOPE_HAVE_NCCL
       run_spmd_nccl(world, options, fn);
       return;
 #else
-      throw ArgumentError(
-          "--comm nccl: this build has no NCCL (it needs the CUDA toolkit's nvcc and NCCL at "
-          "configure time; see docs/user-guide.md)");
+      throw ConfigError(
+          "comm nccl: this build has no NCCL (it needs the CUDA toolkit's nvcc and NCCL at "
+          "configure time; see docs/user-guide.md)",
+          {"comm"});
 #endif
     case CommKind::threads:
       break;

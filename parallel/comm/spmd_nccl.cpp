@@ -24,8 +24,7 @@ namespace {
 void run_nccl_threads(int world, const SpmdOptions& options, const RankFn& fn) {
   const CudaDeviceCount found = count_cuda_devices();
   if (found.count < world) {
-    throw ArgumentError(
-        too_few_devices_message("--comm nccl (one thread per device)", world, found));
+    throw ArgumentError(too_few_devices_message("comm nccl (one thread per device)", world, found));
   }
   std::vector<int> ids(static_cast<std::size_t>(world));
   std::iota(ids.begin(), ids.end(), 0);
@@ -91,8 +90,9 @@ void run_nccl_processes(int world, const SpmdOptions& options, const RankFn& fn)
   SHARDSCOPE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &processes));
   SHARDSCOPE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (world != processes) {
-    throw ArgumentError("--degree " + std::to_string(world) + " but mpirun started " +
-                        std::to_string(processes) + " processes");
+    throw ConfigError("world " + std::to_string(world) + " but mpirun started " +
+                          std::to_string(processes) + " processes",
+                      {"world"});
   }
   auto host = std::make_unique<MpiComm>(MPI_COMM_WORLD);
   const int device = device_of_this_process(*host);
@@ -123,8 +123,9 @@ void run_spmd_nccl(int world, const SpmdOptions& options, const RankFn& fn) {
 #ifdef SHARDSCOPE_HAVE_MPI
   run_nccl_processes(world, options, fn);
 #else
-  throw ArgumentError(
-      "--comm nccl under mpirun needs a build with MPI (install libopenmpi-dev and rebuild)");
+  throw ConfigError(
+      "comm nccl under mpirun needs a build with MPI (install libopenmpi-dev and rebuild)",
+      {"comm"});
 #endif
 }
 

@@ -96,7 +96,9 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
        "--degree and --heads)"},
       {"run --mode single --degree 2",
        "mode single runs on one rank: degree must be 1, given 2 (set by --mode and --degree)"},
-      {"run --comm carrier-pigeon", "--comm carrier-pigeon is not a communicator"},
+      {"run --comm carrier-pigeon",
+       "comm \"carrier-pigeon\" is not a communicator: expected threads, mpi or nccl (set by "
+       "--comm)"},
       {"run --mode tp --degree 2 --keep-gathered-input", "applies to --mode tp-sp only"},
       {"run --no-such-flag", "--no-such-flag"},
       {"", "subcommand"},

@@ -303,7 +303,7 @@ TEST(RunSpmdMpi, RejectsADegreeOtherThanTheWorldSize) {
     run_spmd(kWorld - 1, options, [](RankEnv&) { ADD_FAILURE() << "the rank function ran"; });
     ADD_FAILURE() << "--degree 3 under a world of 4 did not throw";
   } catch (const ArgumentError& e) {
-    EXPECT_STREQ(e.what(), "--degree 3 but mpirun started 4 processes");
+    EXPECT_STREQ(e.what(), "world 3 but mpirun started 4 processes");
   }
 }
 

@@ -192,7 +192,7 @@ TEST(NcclComm, TooFewDevicesIsALaunchErrorNamingTheCount) {
     run_spmd(found + 1, options, [&](RankEnv&) { ran = true; });
     ADD_FAILURE() << "run_spmd started " << found + 1 << " ranks on " << found << " devices";
   } catch (const ArgumentError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--comm nccl (one thread per device) needs " +
+    EXPECT_THAT(e.what(), HasSubstr("comm nccl (one thread per device) needs " +
                                     std::to_string(found + 1) + " CUDA device"));
     EXPECT_THAT(e.what(), HasSubstr("found " + std::to_string(found)));
   }
