@@ -4,6 +4,12 @@
 // and mark each rank's peak.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
+#include "io/manifest.h"
+#include "parallel/layers/layer_decl.h"
+#include "parallel/models/memory_model.h"
 #include "tests/viz/viz_testing.h"
 #include "viz/model/synthetic.h"
 #include "viz/model/view_model.h"
@@ -169,6 +175,27 @@ TEST(MemoryView, ASyntheticTraceFoldsToAtMostOneColumnPerPixel) {
     for (const auto& [rect, color] : c.segments) EXPECT_TRUE(inside(rect, c.frame));
     EXPECT_GT(c.peak_bytes, 0);
   }
+}
+
+// The synthetic trace is played from the layer's declaration: every op runs in a declared scope
+// (or grad_reduce), and what step 0's forward saves on a rank is the activation model's total for
+// the trace's configuration, LayerNorm statistics included.
+TEST(MemoryView, ASyntheticTraceSavesWhatTheActivationModelSays) {
+  const TraceFile t = synthetic_trace(4, 20000, 5);
+  const LayerConfig c = layer_config_from_json(t.meta.config, "the synthetic trace");
+  const ActivationModel model = activation_model(c, false);
+  std::set<std::string> scopes{decl::kGradReduceScope};
+  for (const decl::ModuleDecl& m : decl::modules()) scopes.insert(m.scope);
+  double saved = 0;
+  for (const TraceEvent& e : t.events) {
+    if (e.kind != TraceEventKind::op) continue;
+    EXPECT_TRUE(scopes.count(e.scope)) << "op in undeclared scope \"" << e.scope << "\"";
+    if (e.rank == 2 && e.step == 0 && e.phase == Phase::forward) {
+      saved += static_cast<double>(e.saved_bytes);
+    }
+  }
+  EXPECT_NEAR(saved, model.total_bytes + model.extras_bytes, 16.0)  // whole bytes per stage
+      << mode_name(c.mode) << " t=" << c.degree;
 }
 
 }  // namespace

@@ -1,13 +1,18 @@
-// The synthetic trace: a stage table of the tp-sp layer played on every rank, step after step.
+// The synthetic trace: the tp-sp layer's stages, derived from its declaration, played on every
+// rank, step after step.
 #include "viz/model/synthetic.h"
 
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "autograd/errors.h"
 #include "io/manifest.h"
+#include "parallel/layers/layer_decl.h"
 #include "parallel/models/comm_model.h"
+#include "parallel/models/memory_model.h"
 
 namespace shardscope::viz {
 namespace {
@@ -22,8 +27,8 @@ struct StageCollective {
 
 // One op slice of the layer (forward op or backward node) as the tp-sp layer runs it.
 struct Stage {
-  const char* scope;
-  const char* op;
+  std::string scope;
+  std::string op;
   Phase phase;
   double micros;       // typical duration of its compute
   double saved_units;  // forward: bytes it saves, in units of s*b*h*A/t
@@ -39,39 +44,102 @@ constexpr CollectiveKind kGather = CollectiveKind::all_gather,
                          kReduce = CollectiveKind::all_reduce;
 constexpr StageCollective kNone{CollectiveKind::barrier, kAct, 0};
 
-// Megatron's sequence-parallel layer: gathers before the column linears, reduce-scatters after
-// the row linears; backward the conjugates, the re-gathered linear inputs, then the replicated
-// parameters' gradients all-reduced.
-const std::array<Stage, 28> kStages{{
-    {"ln1", "layernorm", kF, 12, 1, 0.05, {kNone, kNone}, 0},
-    {"attn.qkv", "gather_matmul", kF, 40, 1, 0, {{{kGather, kAct, 1}, kNone}}, 1},
-    {"attn.scores", "matmul", kF, 25, 2, 0, {kNone, kNone}, 0},
-    {"attn.softmax", "softmax", kF, 15, 2, 0, {kNone, kNone}, 0},
-    {"attn.dropout", "dropout", kF, 8, 0.5, 0, {kNone, kNone}, 0},
-    {"attn.context", "matmul", kF, 25, 3, 0, {kNone, kNone}, 0},
-    {"attn.proj", "matmul_scatter", kF, 30, 1, 0, {{{kScatter, kAct, 4}, kNone}}, 1},
-    {"attn.out_dropout", "dropout", kF, 6, 0.25, 0, {kNone, kNone}, 0},
-    {"", "add", kF, 4, 0, 0, {kNone, kNone}, 0},
-    {"ln2", "layernorm", kF, 12, 1, 0.05, {kNone, kNone}, 0},
-    {"mlp.fc1", "gather_matmul", kF, 60, 1, 0, {{{kGather, kAct, 1}, kNone}}, 1},
-    {"mlp.gelu", "gelu", kF, 20, 4, 0, {kNone, kNone}, 0},
-    {"mlp.fc2", "matmul_scatter", kF, 60, 4, 0, {{{kScatter, kAct, 4}, kNone}}, 1},
-    {"mlp.dropout", "dropout", kF, 6, 0.25, 0, {kNone, kNone}, 0},
-    {"mlp.dropout", "dropout", kB, 6, 0, 0, {kNone, kNone}, 0},
-    {"mlp.fc2", "matmul_scatter", kB, 110, 0, 0, {{{kGather, kAct, 1}, kNone}}, 1},
-    {"mlp.gelu", "gelu", kB, 25, 0, 0, {kNone, kNone}, 0},
-    {"mlp.fc1", "gather_matmul", kB, 120, 0, 0, {{{kGather, kAct, 1}, {kScatter, kAct, 4}}}, 2},
-    {"ln2", "layernorm", kB, 20, 0, 0, {kNone, kNone}, 0},
-    {"", "add", kB, 4, 0, 0, {kNone, kNone}, 0},
-    {"attn.out_dropout", "dropout", kB, 6, 0, 0, {kNone, kNone}, 0},
-    {"attn.proj", "matmul_scatter", kB, 55, 0, 0, {{{kGather, kAct, 1}, kNone}}, 1},
-    {"attn.context", "matmul", kB, 45, 0, 0, {kNone, kNone}, 0},
-    {"attn.dropout", "dropout", kB, 8, 0, 0, {kNone, kNone}, 0},
-    {"attn.softmax", "softmax", kB, 18, 0, 0, {kNone, kNone}, 0},
-    {"attn.scores", "matmul", kB, 45, 0, 0, {kNone, kNone}, 0},
-    {"attn.qkv", "gather_matmul", kB, 80, 0, 0, {{{kGather, kAct, 1}, {kScatter, kAct, 4}}}, 2},
-    {"ln1", "layernorm", kB, 20, 0, 0, {{{kReduce, kGrad, 6}, kNone}}, 1},
-}};
+// What a module of each kind does in Megatron's sequence-parallel layer: the op that runs it,
+// typical forward and backward durations (us), and its collectives (a column-parallel linear
+// gathers its input forward, and backward gathers it again and reduce-scatters its gradient; a
+// row-parallel linear reduce-scatters its output forward and gathers the gradient backward).
+struct KindRun {
+  const char* op;
+  double forward_us, backward_us;
+  std::array<StageCollective, 2> forward, backward;
+  int forward_count, backward_count;
+};
+
+KindRun run_of(decl::Kind kind) {
+  switch (kind) {
+    case decl::Kind::layernorm:
+      return {"layernorm", 12, 20, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::column_linear:
+      return {"gather_matmul",
+              50,
+              100,
+              {{{kGather, kAct, 1}, kNone}},
+              {{{kGather, kAct, 1}, {kScatter, kAct, 4}}},
+              1,
+              2};
+    case decl::Kind::row_linear:
+      return {"matmul_scatter",
+              45,
+              80,
+              {{{kScatter, kAct, 4}, kNone}},
+              {{{kGather, kAct, 1}, kNone}},
+              1,
+              1};
+    case decl::Kind::heads:
+      return {"permute", 5, 5, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::scores:
+    case decl::Kind::context:
+      return {"matmul", 25, 45, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::softmax:
+      return {"softmax", 15, 18, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::dropout:
+      return {"dropout", 7, 7, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::gelu:
+      return {"gelu", 20, 25, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::residual:
+      return {"add", 4, 4, {kNone, kNone}, {kNone, kNone}, 0, 0};
+  }
+  return {"?", 1, 1, {kNone, kNone}, {kNone, kNone}, 0, 0};
+}
+
+// The stages of one step, from the layer's declaration: every module's forward op in order with
+// the bytes the activation model says it saves, then their backward nodes in reverse, then the
+// all-reduce of the replicated parameters' partial gradients.
+std::vector<Stage> make_stages(const LayerConfig& c, double shard_bytes) {
+  const ActivationModel model = activation_model(c, false);
+  double norms = 0;
+  for (const decl::ModuleDecl& m : decl::modules()) norms += m.kind == decl::Kind::layernorm;
+  std::vector<Stage> forward;
+  for (const decl::ModuleDecl& m : decl::modules()) {
+    const KindRun k = run_of(m.kind);
+    double saved = 0;
+    for (const ActivationTerm& t : model.terms) saved += t.scope == m.scope ? t.bytes : 0;
+    const double extra =
+        m.kind == decl::Kind::layernorm && norms > 0 ? model.extras_bytes / norms : 0;
+    forward.push_back({m.scope, k.op, kF, k.forward_us, (saved + extra) / shard_bytes,
+                       extra / shard_bytes, k.forward, k.forward_count});
+  }
+  std::vector<Stage> stages = forward;
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    const KindRun k = run_of(decl::module(it->scope).kind);
+    stages.push_back({it->scope, it->op, kB, k.backward_us, 0, 0, k.backward, k.backward_count});
+  }
+  double partial = 0;  // elements of the parameters whose gradients are partial sums, in h
+  for (const decl::Param& p : decl::parameters(c)) {
+    if (decl::partial_grad(*p.decl, c.mode)) {
+      partial += static_cast<double>(p.shape.numel()) / static_cast<double>(c.hidden);
+    }
+  }
+  stages.push_back({decl::kGradReduceScope,
+                    "reduce_parameter_gradients",
+                    kB,
+                    10,
+                    0,
+                    0,
+                    {{{kReduce, kGrad, partial}, kNone}},
+                    partial > 0 ? 1 : 0});
+  return stages;
+}
+
+// Each rank's parameter bytes: every declared parameter, split by its placement.
+double parameter_bytes(const LayerConfig& c, int t) {
+  double bytes = 0;
+  for (const decl::Param& p : decl::parameters(c)) {
+    const double split = decl::placement(*p.decl, c.mode).is_shard() ? t : 1;
+    bytes += static_cast<double>(p.shape.numel()) / split;
+  }
+  return bytes * static_cast<double>(dtype_size(c.dtype));
+}
 
 // splitmix64: the same numbers on every platform, unlike the standard distributions.
 class Random {
@@ -113,11 +181,11 @@ class Generator {
     t_ = ranks;
     const double A = static_cast<double>(dtype_size(config_.dtype));
     shard_bytes_ = static_cast<double>(config_.seq * config_.batch * config_.hidden) * A / t_;
+    stages_ = make_stages(config_, shard_bytes_);
     clocks_.resize(static_cast<std::size_t>(ranks));
-    const double h = static_cast<double>(config_.hidden);
     for (RankClock& r : clocks_) {
       r.memory[static_cast<std::size_t>(MemoryCategory::parameter)] =
-          static_cast<std::uint64_t>((12 * h * h + 13 * h) * A / t_);
+          static_cast<std::uint64_t>(parameter_bytes(config_, t_));
     }
   }
 
@@ -128,14 +196,14 @@ class Generator {
       TraceEvent mark = base(TraceEventKind::step, r, step, kF, clocks_[r].now);
       out.push_back(mark);
     }
-    std::vector<std::uint64_t> forward_seq(kStages.size(), 0);
-    for (std::size_t i = 0; i < kStages.size(); ++i) {
-      const Stage& stage = kStages[i];
+    std::vector<std::uint64_t> forward_seq(stages_.size(), 0);
+    for (std::size_t i = 0; i < stages_.size(); ++i) {
+      const Stage& stage = stages_[i];
       // A backward node carries its forward op's number.
       std::size_t forward = i;
-      for (std::size_t k = 0; k < kStages.size() && stage.phase == kB; ++k) {
-        if (kStages[k].phase == kF && std::string(kStages[k].scope) == stage.scope &&
-            std::string(kStages[k].op) == stage.op) {
+      for (std::size_t k = 0; k < stages_.size() && stage.phase == kB; ++k) {
+        if (stages_[k].phase == kF && stages_[k].scope == stage.scope &&
+            stages_[k].op == stage.op) {
           forward = k;
         }
       }
@@ -195,7 +263,7 @@ class Generator {
         live(r, MemoryCategory::activation) = op.alloc_bytes;
       } else {
         // Backward releases what the forward saved, in reverse, and accumulates gradients.
-        const Stage& f = kStages[forward];
+        const Stage& f = stages_[forward];
         const auto released = static_cast<std::uint64_t>(f.saved_units * shard_bytes_);
         const auto released_extra = static_cast<std::uint64_t>(f.extra_units * shard_bytes_);
         op.released_bytes = released;
@@ -247,6 +315,7 @@ class Generator {
   }
 
   LayerConfig config_;
+  std::vector<Stage> stages_;
   Random random_;
   int t_ = 1;
   double shard_bytes_ = 0;  // one rank's s*b*h*A/t
