@@ -133,11 +133,11 @@ bool RunFlags::is_run_flag(const std::string& name) {
 std::string with_flags(const ConfigError& e) {
   // The flags of shardscope run, debug, mlp-ln and shardscope-viz that set each field.
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"mode", "--mode"},   {"degree", "--degree"},         {"seq", "--seq"},
-      {"batch", "--batch"}, {"hidden", "--hidden"},         {"heads", "--heads"},
-      {"ffn", "--ffn"},     {"dropout", "--dropout"},       {"dtype", "--dtype"},
-      {"seed", "--seed"},   {"planted_bug", "--plant-bug"}, {"comm", "--comm"},
-      {"world", "--degree"}};
+      {"mode", "--mode"},    {"degree", "--degree"},         {"seq", "--seq"},
+      {"batch", "--batch"},  {"hidden", "--hidden"},         {"heads", "--heads"},
+      {"ffn", "--ffn"},      {"dropout", "--dropout"},       {"dtype", "--dtype"},
+      {"seed", "--seed"},    {"planted_bug", "--plant-bug"}, {"comm", "--comm"},
+      {"world", "--degree"}, {"fault", "--inject-fault"},    {"check_calls", "--no-call-check"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {

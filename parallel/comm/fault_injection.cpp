@@ -20,7 +20,7 @@ constexpr CollectiveKind kCollectiveKinds[] = {
     CollectiveKind::all_to_all, CollectiveKind::broadcast,  CollectiveKind::barrier};
 
 [[noreturn]] void refuse(const std::string& text, const std::string& why) {
-  throw ArgumentError("--inject-fault '" + text + "': " + why + "; " + kAccepted);
+  throw ConfigError("fault plan '" + text + "': " + why + "; " + kAccepted, {"fault"});
 }
 
 FaultKind parse_kind(const std::string& text, const std::string& value) {
@@ -72,7 +72,7 @@ std::string joined(const std::set<std::string>& names) {
 // A line on stderr when a fault fires in a way that does not throw on rank R at once, so the
 // output of a run names rank R and OP whichever rank's message comes first.
 void announce(const std::string& line) {
-  std::fprintf(stderr, "shardscope: --inject-fault: %s\n", line.c_str());
+  std::fprintf(stderr, "shardscope: injected fault: %s\n", line.c_str());
   std::fflush(stderr);
 }
 
@@ -160,17 +160,19 @@ FaultPlan parse_fault_plan(const std::string& text) {
 
 void check_fault_plan(const FaultPlan& plan, int world, bool check_calls) {
   if (plan.rank < 0 || plan.rank >= world) {
-    throw ArgumentError("--inject-fault " + plan.str() + ": rank " + std::to_string(plan.rank) +
-                        " is not a rank of this run: expected 0.." + std::to_string(world - 1) +
-                        " (--degree " + std::to_string(world) + ")");
+    throw ConfigError("fault plan " + plan.str() + ": rank " + std::to_string(plan.rank) +
+                          " is not a rank of this run: expected 0.." + std::to_string(world - 1) +
+                          " (world " + std::to_string(world) + ")",
+                      {"fault", "world"});
   }
-  if (plan.at.empty()) throw ArgumentError("--inject-fault " + plan.str() + ": at is empty");
+  if (plan.at.empty()) throw ConfigError("fault plan " + plan.str() + ": at is empty", {"fault"});
   const bool needs_check =
       plan.kind == FaultKind::wrong_size || plan.kind == FaultKind::skip_collective;
   if (needs_check && !check_calls) {
-    throw ArgumentError("--inject-fault " + plan.str() + ": kind " + fault_kind_name(plan.kind) +
-                        " needs the call check that --no-call-check turns off (it is what "
-                        "turns the fault into an error on every rank)");
+    throw ConfigError("fault plan " + plan.str() + ": kind " + fault_kind_name(plan.kind) +
+                          " needs the call check (check_calls), which is off (it is what "
+                          "turns the fault into an error on every rank)",
+                      {"fault", "check_calls"});
   }
 }
 
@@ -250,7 +252,7 @@ void FaultInjector::run(Communicator& inner, const CollectiveCall& call, const v
       inner.run(call, send, recv);
     } catch (const CommError& e) {
       throw CommError(std::string(e.what()) + "\n  (rank " + std::to_string(plan_.rank) +
-                      " skipped " + skipped_ + " on purpose: --inject-fault " + plan_.str() + ")");
+                      " skipped " + skipped_ + " on purpose: fault plan " + plan_.str() + ")");
     }
     return;
   }
@@ -284,7 +286,7 @@ void FaultInjector::run_wrong_size(Communicator& inner, const CollectiveCall& ca
   try {
     inner.run(changed, send, recv);
   } catch (const CommError& e) {
-    throw CommError(std::string(e.what()) + "\n  (" + what + " on purpose: --inject-fault " +
+    throw CommError(std::string(e.what()) + "\n  (" + what + " on purpose: fault plan " +
                     plan_.str() + ")");
   }
   // Only a group of one rank has no one to disagree with.
@@ -316,12 +318,12 @@ void FaultInjector::check_fired() const {
   if (!fired_) {
     const bool acts_on_ops = plan_.kind == FaultKind::throw_error || plan_.kind == FaultKind::hang;
     if (!acts_on_ops && !is_collective_kind_name(plan_.at) && ops_seen_.count(plan_.at)) {
-      throw Error("--inject-fault: rank " + std::to_string(plan_.rank) +
+      throw Error("injected fault: rank " + std::to_string(plan_.rank) +
                   " never reached a collective issued by " + plan_.at + ": kind " +
                   fault_kind_name(plan_.kind) + " acts on collectives, and " + plan_.at +
                   " ran without issuing one (" + what_was_reached() + ")");
     }
-    throw Error("--inject-fault: rank " + std::to_string(plan_.rank) + " never reached " +
+    throw Error("injected fault: rank " + std::to_string(plan_.rank) + " never reached " +
                 plan_.at + " (" + what_was_reached() + ")");
   }
 }

@@ -254,9 +254,9 @@ TEST(Cli, AnInjectedFaultExitsOneNamingTheRankAndTheOp) {
       {"rank=1,at=matmul", "rank 1: injected fault on rank 1 at matmul (op 'matmul'"},
       {"rank=1,at=all_gather,kind=wrong-size", "rank 1 calls all_gather(count 127, f32)"},
       {"rank=1,at=all_gather,kind=skip-collective",
-       "--inject-fault: rank 1 skips all_gather(count 128, f32)"},
+       "injected fault: rank 1 skips all_gather(count 128, f32)"},
       {"rank=1,at=all_gather,kind=hang", "rank 1 has not arrived"},
-      {"rank=1,at=all_to_all", "--inject-fault: rank 1 never reached all_to_all"},
+      {"rank=1,at=all_to_all", "injected fault: rank 1 never reached all_to_all"},
   };
   for (const Case& c : cases) {
     const Result r = run_cli(run + c.plan);
@@ -273,10 +273,11 @@ TEST(Cli, ABadInjectFaultExitsTwoWithOneLine) {
   };
   const Case cases[] = {
       {"run --inject-fault rank=0,at=matmul,kind=explode",
-       "--inject-fault 'rank=0,at=matmul,kind=explode': kind 'explode' is not a fault kind; "
+       "fault plan 'rank=0,at=matmul,kind=explode': kind 'explode' is not a fault kind; "
        "expected rank=R,at=OP[,kind=throw|wrong-size|skip-collective|hang]"},
       {"run --mode tp --degree 2 --inject-fault rank=2,at=matmul",
-       "rank 2 is not a rank of this run: expected 0..1 (--degree 2)"},
+       "rank 2 is not a rank of this run: expected 0..1 (world 2) (set by --inject-fault and "
+       "--degree)"},
       {"run --inject-fault at=matmul", "rank is missing"},
       {"debug --mode tp --degree 2 --inject-fault rank=1,at=matmul",
        "--inject-fault applies to shardscope run"},

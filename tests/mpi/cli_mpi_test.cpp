@@ -93,15 +93,15 @@ TEST(CliMpi, EveryInjectedFaultEndsTheJobWithTheRankAndTheOp) {
       {"rank=2,at=matmul,kind=throw",
        {"shardscope: rank 2 failed: injected fault on rank 2 at matmul (op 'matmul'"}},
       {"rank=2,at=all_gather,kind=wrong-size",
-       {"--inject-fault: rank 2 runs all_gather(count 256, f32)", "collective mismatch",
+       {"injected fault: rank 2 runs all_gather(count 256, f32)", "collective mismatch",
         "rank 2 calls all_gather(count 255, f32)"}},
       {"rank=2,at=reduce_scatter_seq,kind=skip-collective",
-       {"--inject-fault: rank 2 skips reduce_scatter(", "failed: "}},
+       {"injected fault: rank 2 skips reduce_scatter(", "failed: "}},
       {"rank=2,at=all_gather,kind=hang",
-       {"--inject-fault: rank 2 hangs instead of running all_gather",
+       {"injected fault: rank 2 hangs instead of running all_gather",
         "shardscope: rank 2 failed: injected hang on rank 2 at all_gather ended after"}},
       {"rank=2,at=all_to_all",
-       {"shardscope: rank 2 failed: --inject-fault: rank 2 never reached all_to_all"}},
+       {"shardscope: rank 2 failed: injected fault: rank 2 never reached all_to_all"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.plan);

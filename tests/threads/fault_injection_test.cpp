@@ -67,7 +67,7 @@ TEST(FaultPlanParse, RefusesEachMalformedPlanNamingTheFlagWhatWasGivenAndTheForm
       ADD_FAILURE() << "accepted '" << c.text << "'";
     } catch (const ArgumentError& e) {
       EXPECT_THAT(e.what(),
-                  AllOf(HasSubstr("--inject-fault '" + std::string(c.text) + "'"), HasSubstr(c.why),
+                  AllOf(HasSubstr("fault plan '" + std::string(c.text) + "'"), HasSubstr(c.why),
                         HasSubstr("expected rank=R,at=OP[,kind=throw|wrong-size|"
                                   "skip-collective|hang]")))
           << c.text;
@@ -82,8 +82,8 @@ TEST(FaultPlanCheck, RefusesARankOutsideTheGroupAndSizeFaultsWithoutTheCallCheck
     check_fault_plan(far, 2, true);
     ADD_FAILURE() << "rank 2 of 2 accepted";
   } catch (const ArgumentError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--inject-fault rank=2,at=all_gather,kind=throw: rank 2 is "
-                                    "not a rank of this run: expected 0..1 (--degree 2)"));
+    EXPECT_THAT(e.what(), HasSubstr("fault plan rank=2,at=all_gather,kind=throw: rank 2 is "
+                                    "not a rank of this run: expected 0..1 (world 2)"));
   }
   for (const char* kind : {"wrong-size", "skip-collective"}) {
     const FaultPlan plan = parse_fault_plan(std::string("rank=0,at=all_gather,kind=") + kind);
@@ -203,9 +203,9 @@ TEST(FaultInjection, WrongSizeAtACollectiveKindIsAMismatchNamingEachRanksCount) 
                       HasSubstr("rank 0 calls all_gather(count 128, f32) from gather_matmul"),
                       HasSubstr("rank 1 calls all_gather(count 127, f32) from gather_matmul")));
   }
-  EXPECT_THAT(message_of(o, 1), HasSubstr("on purpose: --inject-fault "
+  EXPECT_THAT(message_of(o, 1), HasSubstr("on purpose: fault plan "
                                           "rank=1,at=all_gather,kind=wrong-size"));
-  EXPECT_THAT(o.printed, HasSubstr("--inject-fault: rank 1 runs all_gather(count 128"));
+  EXPECT_THAT(o.printed, HasSubstr("injected fault: rank 1 runs all_gather(count 128"));
   EXPECT_LT(o.took_ms, kLongTimeout.count());
 }
 
@@ -237,7 +237,7 @@ TEST(FaultInjection, SkipCollectiveAtACollectiveKindEndsByAMismatchOrTheTimeout)
   expect_every_rank_names_rank_1(o);
   EXPECT_THAT(message_of(o, 1),
               AllOf(HasSubstr("skipped all_reduce("), HasSubstr("reduce_from_tp")));
-  EXPECT_THAT(o.printed, HasSubstr("--inject-fault: rank 1 skips all_reduce("));
+  EXPECT_THAT(o.printed, HasSubstr("injected fault: rank 1 skips all_reduce("));
   EXPECT_LT(o.took_ms, 3 * kShortTimeout.count());
 }
 
@@ -246,7 +246,7 @@ TEST(FaultInjection, SkipCollectiveAtAnOpNameSkipsTheCollectiveItIssues) {
                                    "rank=1,at=gather_matmul,kind=skip-collective", kShortTimeout);
   expect_every_rank_names_rank_1(o);
   EXPECT_THAT(message_of(o, 1), HasSubstr("skipped all_gather(count 128, f32) from gather_matmul"));
-  EXPECT_THAT(o.printed, HasSubstr("--inject-fault: rank 1 skips all_gather(count 128, f32) from "
+  EXPECT_THAT(o.printed, HasSubstr("injected fault: rank 1 skips all_gather(count 128, f32) from "
                                    "gather_matmul"));
   EXPECT_LT(o.took_ms, 3 * kShortTimeout.count());
 }
@@ -265,7 +265,7 @@ TEST(FaultInjection, HangAtACollectiveKindTimesTheOthersOutFirst) {
               AllOf(HasSubstr("injected hang on rank 1 at all_gather ended after"),
                     HasSubstr("ms (another rank failed): it slept instead of running "
                               "all_gather(count 128")));
-  EXPECT_THAT(o.printed, HasSubstr("--inject-fault: rank 1 hangs instead of running all_gather"));
+  EXPECT_THAT(o.printed, HasSubstr("injected fault: rank 1 hangs instead of running all_gather"));
   EXPECT_LT(o.took_ms, 3 * kShortTimeout.count());
 }
 
@@ -321,11 +321,11 @@ TEST(FaultInjection, AFaultThatNeverFiresIsAnErrorAfterTheRun) {
   ASSERT_EQ(o.errors.size(), 2u);
   EXPECT_EQ(o.errors[0].rank, 1);
   EXPECT_THAT(o.errors[0].message,
-              AllOf(HasSubstr("--inject-fault: rank 1 never reached all_to_all (rank 1 issued "),
+              AllOf(HasSubstr("injected fault: rank 1 never reached all_to_all (rank 1 issued "),
                     HasSubstr("(kinds: all_gather, all_reduce"), HasSubstr("matmul")));
   EXPECT_EQ(o.errors[1].rank, 0);
   EXPECT_THAT(o.errors[1].message,
-              HasSubstr("rank 1 failed: --inject-fault: rank 1 never reached all_to_all"));
+              HasSubstr("rank 1 failed: injected fault: rank 1 never reached all_to_all"));
   EXPECT_LT(o.took_ms, kLongTimeout.count() / 2) << "the barrier must fail at once, not time out";
 }
 
@@ -335,7 +335,7 @@ TEST(FaultInjection, ASizeFaultAtAnOpThatIssuesNoCollectiveNeverFires) {
   ASSERT_EQ(o.errors.size(), 2u);
   EXPECT_EQ(o.errors[0].rank, 1);
   EXPECT_THAT(o.errors[0].message,
-              HasSubstr("--inject-fault: rank 1 never reached a collective issued by matmul: "
+              HasSubstr("injected fault: rank 1 never reached a collective issued by matmul: "
                         "kind skip-collective acts on collectives"));
 }
 
@@ -379,7 +379,7 @@ TEST(FaultInjection, SkippingTheLastCollectiveIsStillAnErrorWithoutWaitingForThe
   EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
             kLongTimeout.count());
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
-              HasSubstr("--inject-fault: rank 1 skips barrier(count 0, f32)"));
+              HasSubstr("injected fault: rank 1 skips barrier(count 0, f32)"));
 }
 
 TEST(FaultInjection, ACommunicatorSplitFromTheRanksCarriesTheFault) {
