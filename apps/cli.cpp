@@ -134,11 +134,8 @@ std::variant<Command, int> parse_command(int argc, const char* const* argv, std:
     } else {
       command.name = check->parsed() ? Command::Name::check : Command::Name::lab;
     }
-  } catch (const ConfigError& e) {
-    err << "shardscope: " << with_flags(e) << "\n";
-    return 2;
   } catch (const ArgumentError& e) {
-    err << "shardscope: " << e.what() << "\n";
+    err << "shardscope: " << with_flags(e) << "\n";
     return 2;
   }
   return command;
@@ -160,11 +157,8 @@ int run_command(const Command& command, std::ostream& out, std::ostream& err) {
          // wrong number of MPI processes; rank failures arrive as SpmdError)
     if (command.name == Command::Name::run) return run_subcommand(command.run, out, err);
     return debug_main(command.run, std::cin, out);
-  } catch (const ConfigError& e) {
-    err << "shardscope: " << with_flags(e) << "\n";
-    return 2;
   } catch (const ArgumentError& e) {
-    err << "shardscope: " << e.what() << "\n";
+    err << "shardscope: " << with_flags(e) << "\n";
     return 2;
   } catch (const std::exception& e) {
     err << "shardscope: error: " << e.what() << "\n";

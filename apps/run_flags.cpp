@@ -130,7 +130,10 @@ bool RunFlags::is_run_flag(const std::string& name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
-std::string with_flags(const ConfigError& e) {
+std::string with_flags(const ArgumentError& error) {
+  const auto* config = dynamic_cast<const ConfigError*>(&error);
+  if (!config) return error.what();
+  const ConfigError& e = *config;
   // The flags of shardscope run, debug, mlp-ln and shardscope-viz that set each field.
   static const std::pair<const char*, const char*> kFlags[] = {
       {"mode", "--mode"},    {"degree", "--degree"},         {"seq", "--seq"},

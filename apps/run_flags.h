@@ -38,11 +38,11 @@ struct RunFlags {
 
 DType parse_dtype(const std::string& name);  // "f32" or "f64", else ArgumentError
 
-// A configuration's error as the command line says it: the library's message, which names the
-// configuration's fields, and the flags that set them: "hidden 30 must be divisible by heads 4
-// (each head gets hidden/heads features) (set by --hidden and --heads)". Only the command line
-// knows its flags; a field no flag sets is left out.
-std::string with_flags(const ConfigError& e);
+// An argument error as the command line says it: the library's message and, for a ConfigError
+// (which names the configuration's fields), the flags that set them: "hidden 30 must be
+// divisible by heads 4 (each head gets hidden/heads features) (set by --hidden and --heads)".
+// Only the command line knows its flags; a field no flag sets is left out.
+std::string with_flags(const ArgumentError& e);
 // The communicator and backend of a run from --comm and --backend (either may be empty: not
 // given): nccl implies cuda; cuda implies default_cuda_comm's choice; else cpu and threads.
 // RunOptions::validate refuses the pairs that cannot work. Unknown names are ArgumentErrors naming

@@ -347,9 +347,7 @@ void Debugger::on_op_begin(const OpEvent& event) {
   int breakpoint_id = -1;
   const std::optional<StopReason> reason = stop_reason(event.site, breakpoint_id);
   if (!reason) return;
-  paused_inputs_ = event.input_tensors;
   pause_here(lock, make_stop(event, *reason, breakpoint_id));
-  paused_inputs_ = nullptr;
   watch_outputs_ = std::make_pair(event.seq, event.site.phase);
   watched_op_index_ = op_count_;
   throw_if_cancelled();
@@ -392,10 +390,11 @@ std::vector<TensorSnapshot> Debugger::op_tensors() const {
   std::vector<TensorSnapshot> out;
   if (!paused_ || !current_) return out;
   const std::string of = " of " + current_->name() + " " + phase_name(current_->phase);
-  // Before an op, its inputs; before a collective, the inputs of the op issuing it.
-  const std::vector<Tensor>* inputs = paused_inputs_;
-  if (!inputs && current_->reason == StopReason::collective && !running_.empty() &&
-      running_.back().seq == current_->seq && running_.back().phase == current_->phase) {
+  // The innermost op running is the one paused before (its begin hook pushed it) or the one
+  // issuing the collective paused before.
+  const std::vector<Tensor>* inputs = nullptr;
+  if (!running_.empty() && running_.back().seq == current_->seq &&
+      running_.back().phase == current_->phase) {
     inputs = running_.back().inputs;
   }
   if (inputs) {

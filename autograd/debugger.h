@@ -205,9 +205,9 @@ class Debugger : public Observer {
   int in_hook_ = 0;  // rank threads inside on_op_begin, so the destructor can wait for them
   std::optional<Stop> current_;
   std::optional<Stop> last_;
-  const std::vector<Tensor>* paused_inputs_ = nullptr;  // the paused op's, while paused_
   // The ops begun and not yet ended, innermost last, with their inputs (valid until their end
-  // event): a stop before a collective shows the inputs of the op issuing it.
+  // event): a stop shows the inputs of the op it is before, or of the op issuing the collective
+  // it is before.
   struct RunningOp {
     std::uint64_t seq = 0;
     Phase phase = Phase::forward;

@@ -416,21 +416,27 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double 
   SS_CUDA_CHECK_LAUNCH("dropout_backward");
 }
 
-// Rows per chunk of a column sum: kRowsPerChunk, or more where the chunks would pass the grid's
-// y limit (65535).
-std::int64_t rows_per_chunk(std::int64_t rows) {
-  return std::max<std::int64_t>(k::kRowsPerChunk, (rows + 65534) / 65535);
+// How a column sum over `rows` rows of `m` columns is cut: `chunk` rows per chunk (kRowsPerChunk,
+// or more where the chunks would pass the grid's y limit, 65535), and a grid of one thread per
+// (column, chunk) for the first pass.
+struct ColumnChunks {
+  std::int64_t chunk, chunks;
+  dim3 grid;
+};
+ColumnChunks column_chunks(std::int64_t rows, std::int64_t m) {
+  const std::int64_t chunk = std::max<std::int64_t>(k::kRowsPerChunk, (rows + 65534) / 65535);
+  const std::int64_t chunks = std::max<std::int64_t>(1, (rows + chunk - 1) / chunk);
+  return {
+      chunk, chunks,
+      dim3(static_cast<unsigned>((m + kThreads - 1) / kThreads), static_cast<unsigned>(chunks))};
 }
 
 template <class T>
 void CudaBackend::column_sums(const T* x, T* out, std::int64_t rows, std::int64_t m) {
-  const std::int64_t chunk = rows_per_chunk(rows);
-  const std::int64_t chunks = std::max<std::int64_t>(1, (rows + chunk - 1) / chunk);
-  const Scratch partial(*this, chunks * m);
-  const dim3 grid(static_cast<unsigned>((m + kThreads - 1) / kThreads),
-                  static_cast<unsigned>(chunks));
-  k::column_partials<T><<<grid, kThreads, 0, stream_>>>(x, partial.data, rows, m, chunk);
-  k::column_finish<T><<<grid_for(m), kThreads, 0, stream_>>>(partial.data, out, chunks, m);
+  const ColumnChunks c = column_chunks(rows, m);
+  const Scratch partial(*this, c.chunks * m);
+  k::column_partials<T><<<c.grid, kThreads, 0, stream_>>>(x, partial.data, rows, m, c.chunk);
+  k::column_finish<T><<<grid_for(m), kThreads, 0, stream_>>>(partial.data, out, c.chunks, m);
 }
 
 template <class In, class Out>
@@ -494,17 +500,14 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
               dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(),
               dx.data<T>(), rows, h);
     }
-    const std::int64_t chunk = rows_per_chunk(rows);
-    const std::int64_t chunks = std::max<std::int64_t>(1, (rows + chunk - 1) / chunk);
-    const Scratch partial(*this, 2 * chunks * h);
-    const dim3 grid(static_cast<unsigned>((h + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(chunks));
-    k::layernorm_param_partials<T><<<grid, kThreads, 0, stream_>>>(
-        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), partial.data, rows, h, chunk);
+    const ColumnChunks c = column_chunks(rows, h);
+    const Scratch partial(*this, 2 * c.chunks * h);
+    k::layernorm_param_partials<T><<<c.grid, kThreads, 0, stream_>>>(
+        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), partial.data, rows, h, c.chunk);
     k::column_finish<T>
-        <<<grid_for(h), kThreads, 0, stream_>>>(partial.data, dgamma.data<T>(), chunks, h);
-    k::column_finish<T><<<grid_for(h), kThreads, 0, stream_>>>(partial.data + chunks * h,
-                                                               dbeta.data<T>(), chunks, h);
+        <<<grid_for(h), kThreads, 0, stream_>>>(partial.data, dgamma.data<T>(), c.chunks, h);
+    k::column_finish<T><<<grid_for(h), kThreads, 0, stream_>>>(partial.data + c.chunks * h,
+                                                               dbeta.data<T>(), c.chunks, h);
   });
   SS_CUDA_CHECK_LAUNCH("layernorm_backward");
 }

@@ -98,10 +98,21 @@ const ParamDecl* find_param(const ModuleDecl& m, const char* name) {
   return nullptr;
 }
 
+// "a, b, c" for the error messages that list what is declared; "none" for nothing.
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
 std::string declared_scopes() {
-  std::string known;
-  for (const ModuleDecl& m : modules()) known += (known.empty() ? "" : ", ") + std::string(m.scope);
-  return known;
+  std::vector<std::string> scopes;
+  for (const ModuleDecl& m : modules()) scopes.emplace_back(m.scope);
+  return joined(scopes);
+}
+
+std::string full_name(const ModuleDecl& m, const ParamDecl& p) {
+  return std::string(m.scope) + "." + p.name;
 }
 
 }  // namespace
@@ -159,14 +170,14 @@ const Modules& layer() {
 }
 
 std::string param_name(const ModuleDecl& m, const char* name) {
-  if (!find_param(m, name)) {
-    std::string declared;
-    for (const ParamDecl& p : m.params)
-      declared += (declared.empty() ? "" : ", ") + std::string(p.name);
+  const ParamDecl* p = find_param(m, name);
+  if (!p) {
+    std::vector<std::string> declared;
+    for (const ParamDecl& d : m.params) declared.emplace_back(d.name);
     throw ArgumentError(std::string("layer declaration: module ") + m.scope + " has no parameter " +
-                        name + " (declared: " + (declared.empty() ? "none" : declared) + ")");
+                        name + " (declared: " + joined(declared) + ")");
   }
-  return std::string(m.scope) + "." + name;
+  return full_name(m, *p);
 }
 
 std::string weight(const ModuleDecl& m) {
@@ -181,7 +192,7 @@ std::vector<Param> parameters(const LayerConfig& c) {
   for (const ModuleDecl& m : modules()) {
     for (const ParamDecl& p : m.params) {
       Param r;
-      r.name = std::string(m.scope) + "." + p.name;
+      r.name = full_name(m, p);
       r.module = &m;
       r.decl = &p;
       if (p.in == Width::none) {
@@ -198,13 +209,23 @@ std::vector<Param> parameters(const LayerConfig& c) {
 }
 
 Param parameter(const LayerConfig& c, const std::string& name) {
-  std::string declared;
+  std::vector<std::string> declared;
   for (Param& p : parameters(c)) {
     if (p.name == name) return p;
-    declared += (declared.empty() ? "" : ", ") + p.name;
+    declared.push_back(p.name);
   }
-  throw ArgumentError("layer declaration: no parameter \"" + name + "\" (declared: " + declared +
-                      ")");
+  throw ArgumentError("layer declaration: no parameter \"" + name +
+                      "\" (declared: " + joined(declared) + ")");
+}
+
+int count(Kind kind) {
+  int n = 0;
+  for (const ModuleDecl& m : modules()) n += m.kind == kind;
+  return n;
+}
+
+bool SavedDecl::applies(bool dropout) const {
+  return when == When::always || (when == When::with_dropout) == dropout;
 }
 
 Placement placement(const ParamDecl& p, ParallelMode mode) {

@@ -83,6 +83,8 @@ struct SavedDecl {
   double a_sbh, m_sbh, a_as2b, m_as2b;
   SavedSplit split;
   enum class When : std::uint8_t { always, with_dropout, without_dropout } when = When::always;
+  // Whether the term is saved by a layer with (dropout) or without dropout.
+  bool applies(bool dropout) const;
 };
 
 struct ModuleDecl {
@@ -128,6 +130,8 @@ struct Param {
 std::vector<Param> parameters(const LayerConfig& c);
 // The parameter named `name` ("attn.qkv.weight"); throws ArgumentError naming the declared ones.
 Param parameter(const LayerConfig& c, const std::string& name);
+// How many modules of `kind` the layer declares (each LayerNorm keeps statistics, for instance).
+int count(Kind kind);
 
 // Where a rank's shard of the parameter comes from in `mode`: tp and tp-sp split it as its
 // TpSplit says, every other mode replicates it.

@@ -83,13 +83,8 @@ std::vector<Tensor> LayerWeights::parameters() const {
 
 const std::vector<std::string>& LayerWeights::parameter_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const decl::Param& p : decl::parameters(LayerConfig())) out.push_back(p.name);
-    if (out.size() != kMemberCount) {
-      throw StateError("LayerWeights has " + std::to_string(kMemberCount) +
-                       " members, the layer declaration " + std::to_string(out.size()) +
-                       " parameters");
-    }
+    std::vector<std::string> out;  // the names do not depend on the configuration's sizes
+    for (const Slot& slot : slots(LayerConfig())) out.push_back(slot.param.name);
     return out;
   }();
   return names;

@@ -60,10 +60,7 @@ ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input)
   ActivationModel m;
   for (const decl::ModuleDecl& module : decl::modules()) {
     for (const decl::SavedDecl& d : module.saved) {
-      if ((d.when == decl::SavedDecl::When::with_dropout && !drop) ||
-          (d.when == decl::SavedDecl::When::without_dropout && drop)) {
-        continue;
-      }
+      if (!d.applies(drop)) continue;
       const double split = split_of(d.split);
       const double bytes =
           ((d.a_sbh * A + d.m_sbh * M) * sbh + (d.a_as2b * A + d.m_as2b * M) * as2b) / split;
@@ -74,9 +71,7 @@ ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input)
   }
   m.formula = formula_text(c, keep_gathered_input);
   // Each declared LayerNorm keeps a mean and an rstd per row it normalises.
-  double norms = 0;
-  for (const decl::ModuleDecl& module : decl::modules())
-    norms += module.kind == decl::Kind::layernorm;
+  const double norms = decl::count(decl::Kind::layernorm);
   m.extras_bytes = norms * 2.0 * A * s * b / split_of(decl::SavedSplit::block);
   return m;
 }

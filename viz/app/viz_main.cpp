@@ -183,11 +183,8 @@ int viz_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
           "--headless draws no window: give --screenshot FILE.png or --bench-frames N");
     }
     source = make_source(f, app);
-  } catch (const ConfigError& e) {
-    err << "shardscope-viz: " << with_flags(e) << "\n";
-    return 2;
   } catch (const ArgumentError& e) {
-    err << "shardscope-viz: " << e.what() << "\n";
+    err << "shardscope-viz: " << with_flags(e) << "\n";
     return 2;
   } catch (const std::exception& e) {
     err << "shardscope-viz: " << e.what() << "\n";

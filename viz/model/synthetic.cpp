@@ -97,8 +97,7 @@ KindRun run_of(decl::Kind kind) {
 // all-reduce of the replicated parameters' partial gradients.
 std::vector<Stage> make_stages(const LayerConfig& c, double shard_bytes) {
   const ActivationModel model = activation_model(c, false);
-  double norms = 0;
-  for (const decl::ModuleDecl& m : decl::modules()) norms += m.kind == decl::Kind::layernorm;
+  const double norms = decl::count(decl::Kind::layernorm);
   std::vector<Stage> forward;
   for (const decl::ModuleDecl& m : decl::modules()) {
     const KindRun k = run_of(m.kind);
