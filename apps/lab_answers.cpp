@@ -92,7 +92,7 @@ std::string wrong_answer_hint(PlantedBug answer, PlantedBug planted, const Layer
   }
   const PlantedBugInfo& info = planted_bug_info(answer);
   try {
-    validate_planted_bug(answer, config.mode, config.dropout, config.causal);
+    validate_planted_bug(answer, config);
   } catch (const ArgumentError& e) {
     return std::string(e.what()).substr(std::string("planted_bug ").size()) +
            ": it cannot be this run's bug";

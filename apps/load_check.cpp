@@ -10,12 +10,11 @@ namespace shardscope {
 namespace {
 
 std::string layer_text(const LayerConfig& c) {
-  return "s=" + std::to_string(c.seq) + " b=" + std::to_string(c.batch) +
-         " h=" + std::to_string(c.hidden) + " a=" + std::to_string(c.heads) + " " +
-         dtype_name(c.dtype);
+  return c.shape_text() + " " + dtype_name(c.dtype);
 }
 
-// The flags that turn `run` into `dump`'s layer: "--seq 14 --hidden 12"; empty when they agree.
+// The flags that turn `run` into `dump`'s layer: "with --seq 14 --hidden 12", "without --no-bias";
+// empty when they agree.
 std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   std::string out;
   auto add = [&out](const char* flag, std::int64_t given, std::int64_t want) {
@@ -26,10 +25,21 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   add("--batch", run.batch, dump.batch);
   add("--hidden", run.hidden, dump.hidden);
   add("--heads", run.heads, dump.heads);
+  // f follows h unless given: --ffn only when the run's f with the dump's h would still differ.
+  add("--ffn", run.ffn > 0 ? run.ffn : 4 * dump.hidden, dump.ffn_width());
+  auto add_name = [&out](const char* flag, const char* given, const char* want) {
+    if (std::string(given) != want) out += std::string(out.empty() ? "" : " ") + flag + " " + want;
+  };
+  add_name("--norm", norm_name(run.norm), norm_name(dump.norm));
+  add_name("--mlp", mlp_name(run.mlp), mlp_name(dump.mlp));
+  if (run.bias && !dump.bias) out += std::string(out.empty() ? "" : " ") + "--no-bias";
   if (run.dtype != dump.dtype) {
     out += std::string(out.empty() ? "" : " ") + "--dtype " + dtype_name(dump.dtype);
   }
-  return out;
+  if (!run.bias && dump.bias) {  // a flag to leave out, not one to type
+    return out.empty() ? "without --no-bias" : "with " + out + " and without --no-bias";
+  }
+  return out.empty() ? out : "with " + out;
 }
 
 // The tensors a run loads from a dump (every parameter, the input and the target) and their
@@ -81,7 +91,7 @@ void check_loaded_dump(const LoadedDump& dump, const RunOptions& options) {
     const std::string flags = flags_to_match(run, from_dump);
     if (!flags.empty()) {
       throw ArgumentError("--load " + dump.dir + " is a dump of " + layer_text(from_dump) +
-                          ", the flags give " + layer_text(run) + ": run with " + flags);
+                          ", the flags give " + layer_text(run) + ": run " + flags);
     }
   }
   const std::vector<std::pair<std::string, Shape>> wanted = loaded_tensors(run);

@@ -4,6 +4,7 @@
 #include "autograd/errors.h"
 #include "io/atomic_file.h"
 #include "parallel/comm/comm_log.h"
+#include "parallel/models/comm_model.h"
 
 namespace shardscope {
 namespace {
@@ -24,6 +25,10 @@ nlohmann::json config_json(const RunOptions& o) {
           {"dtype", dtype_name(c.dtype)},
           {"causal", c.causal},
           {"random_norms", c.random_norms},
+          {"norm", norm_name(c.norm)},
+          {"mlp", mlp_name(c.mlp)},
+          {"ffn", c.ffn_width()},
+          {"bias", c.bias},
           {"check", o.spec.check},
           {"keep_gathered_input", o.spec.keep_gathered_input},
           {"backend", backend_name(o.backend)},

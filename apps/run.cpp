@@ -22,6 +22,7 @@
 #include "io/trace_recorder.h"
 #include "parallel/comm/gpu_info.h"
 #include "parallel/layers/parallel_layer.h"
+#include "parallel/models/comm_model.h"
 
 namespace shardscope {
 namespace {
@@ -39,9 +40,8 @@ std::string check_scope(const RunOptions& o) {
 void print_header(const RunOptions& o, std::ostream& out) {
   const LayerConfig& c = o.spec.layer;
   out << "shardscope run: mode " << mode_name(c.mode) << ", degree " << c.degree << " ("
-      << comm_kind_name(o.comm) << "), s=" << c.seq << " b=" << c.batch << " h=" << c.hidden
-      << " a=" << c.heads << ", dropout " << c.dropout << ", " << dtype_name(c.dtype) << ", seed "
-      << c.seed << ", " << o.spec.steps
+      << comm_kind_name(o.comm) << "), " << c.shape_text() << ", dropout " << c.dropout << ", "
+      << dtype_name(c.dtype) << ", seed " << c.seed << ", " << o.spec.steps
       << (o.spec.steps == 1 ? " SGD step (lr " : " SGD steps (lr ") << o.spec.learning_rate
       << "), backend " << backend_name(o.backend)
       << (o.spec.check_finite ? ", every output and gradient checked for NaN/Inf" : "")

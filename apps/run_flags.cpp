@@ -54,6 +54,14 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
       ->capture_default_str();
   run.add_option("--dropout", c.dropout, "dropout probability of the three dropouts")
       ->capture_default_str();
+  run.add_option("--norm", text.norm, "the norms: layernorm (GPT) or rmsnorm (Llama)")
+      ->capture_default_str();
+  run.add_option("--mlp", text.mlp,
+                 "the MLP: gelu (fc1 h -> f, GeLU, fc2) or swiglu (fc1 h -> 2f, silu(gate) * up, "
+                 "fc2)")
+      ->capture_default_str();
+  run.add_option("--ffn", c.ffn, "the MLP's inner width f (default 4h)");
+  run.add_flag("--no-bias", text.no_bias, "linears without biases (as Llama's)");
   run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
   run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
@@ -125,7 +133,9 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--seed",         "--dtype",         "--report",
                                        "--dump",         "--load",          "--check-finite",
                                        "--random-norms", "--check-steps",   "--plant-bug",
-                                       "--log-every",    "--overwrite",     "--trace-events"};
+                                       "--log-every",    "--overwrite",     "--trace-events",
+                                       "--norm",         "--mlp",           "--ffn",
+                                       "--no-bias"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -135,12 +145,24 @@ std::string with_flags(const ArgumentError& error) {
   if (!config) return error.what();
   const ConfigError& e = *config;
   // The flags of shardscope run, debug, mlp-ln and shardscope-viz that set each field.
-  static const std::pair<const char*, const char*> kFlags[] = {
-      {"mode", "--mode"},    {"degree", "--degree"},         {"seq", "--seq"},
-      {"batch", "--batch"},  {"hidden", "--hidden"},         {"heads", "--heads"},
-      {"ffn", "--ffn"},      {"dropout", "--dropout"},       {"dtype", "--dtype"},
-      {"seed", "--seed"},    {"planted_bug", "--plant-bug"}, {"comm", "--comm"},
-      {"world", "--degree"}, {"fault", "--inject-fault"},    {"check_calls", "--no-call-check"}};
+  static const std::pair<const char*, const char*> kFlags[] = {{"mode", "--mode"},
+                                                               {"degree", "--degree"},
+                                                               {"seq", "--seq"},
+                                                               {"batch", "--batch"},
+                                                               {"hidden", "--hidden"},
+                                                               {"heads", "--heads"},
+                                                               {"ffn", "--ffn"},
+                                                               {"dropout", "--dropout"},
+                                                               {"dtype", "--dtype"},
+                                                               {"seed", "--seed"},
+                                                               {"planted_bug", "--plant-bug"},
+                                                               {"comm", "--comm"},
+                                                               {"world", "--degree"},
+                                                               {"fault", "--inject-fault"},
+                                                               {"check_calls", "--no-call-check"},
+                                                               {"norm", "--norm"},
+                                                               {"mlp", "--mlp"},
+                                                               {"bias", "--no-bias"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {
@@ -159,6 +181,9 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   RunOptions o = options;
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.dtype = parse_dtype(dtype);
+  o.spec.layer.norm = parse_norm(norm);
+  o.spec.layer.mlp = parse_mlp(mlp);
+  o.spec.layer.bias = !no_bias;
   try {
     // random: the run's own seed picks the bug, so `--seed N` names the exercise (lab 8).
     o.spec.layer.planted_bug = plant_bug == kRandomBug

@@ -14,6 +14,8 @@ namespace shardscope {
 struct RunFlags {
   RunOptions options;
   std::string mode = "single", dtype = "f32";
+  std::string norm = "layernorm", mlp = "gelu";  // --norm, --mlp
+  bool no_bias = false;
   // Empty when not given: --comm nccl implies --backend cuda, and --backend cuda implies --comm
   // nccl when every rank can have a CUDA device of its own (or under mpirun), else --comm threads
   // (the ranks share the devices); otherwise cpu and threads.

@@ -107,8 +107,8 @@ void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream&
   char line[256];
   out << "\nsaved activation memory of layer " << c.layer << ", rank " << m.rank
       << ", after the forward of step 0 (A = " << dtype_size(c.dtype) << " bytes, "
-      << dtype_name(c.dtype) << "; M = 1 byte, u8 mask; s=" << c.seq << " b=" << c.batch
-      << " h=" << c.hidden << " a=" << c.heads << ", t=" << c.degree << ")\n";
+      << dtype_name(c.dtype) << "; M = 1 byte, u8 mask; " << c.shape_text() << ", t=" << c.degree
+      << ")\n";
   std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12s %12s\n", "term", "saved by", "formula",
                 "measured B", "formula B");
   out << line;
@@ -122,7 +122,7 @@ void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream&
   std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", "total", m.formula.c_str(),
                 m.saved_activation_bytes, m.formula_bytes, match ? "match" : "MISMATCH");
   out << line;
-  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f\n", "extras (LayerNorm mean, rstd)",
+  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f\n", "extras (norm statistics)",
                 "not in the formula", m.extras_bytes, m.formula_extras_bytes);
   out << line;
   std::snprintf(line, sizeof line, "%-34s %-53s %12.0f\n", "peak live bytes",

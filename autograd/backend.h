@@ -53,6 +53,9 @@ class Backend {
   virtual void scale(const Tensor& x, double alpha, Tensor& out) = 0;
   virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // SwiGLU: x [.., 2f] holds (gate, up) pairs interleaved, y and dy [.., f], dx [.., 2f].
+  virtual void swiglu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
   virtual void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
                                Tensor& y) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) = 0;
@@ -67,6 +70,11 @@ class Backend {
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                   const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                   Tensor& dgamma, Tensor& dbeta) = 0;
+  // RMSNorm: x, y, dy, dx [.., h]; gamma, dgamma [h]; rstd [rows] = 1 / sqrt(mean(x^2) + eps).
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                               Tensor& rstd) = 0;
+  virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                const Tensor& rstd, Tensor& dx, Tensor& dgamma) = 0;
   // causal: on a [.., s_q, s_k] tensor, key j > query i (aligned at the end) gets probability 0.
   virtual void softmax_forward(const Tensor& x, bool causal, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;

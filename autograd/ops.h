@@ -24,6 +24,10 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double alpha);
 // GeLU, tanh form. Saves its input.
 Tensor gelu(const Tensor& x);
+// SwiGLU over the last dim, whose 2f values are f (gate, up) pairs interleaved: y [.., f],
+// y[.., j] = silu(x[.., 2j]) x[.., 2j + 1], silu(a) = a sigmoid(a). Interleaved, a column shard
+// of whole pairs holds matching gates and up values. Saves its input.
+Tensor swiglu(const Tensor& x);
 // Inverted dropout with Philox masks (see DropoutSpec). Saves the u8 mask; p == 0 is the
 // identity and saves nothing. p must be in [0, 1).
 Tensor dropout(const Tensor& x, const DropoutSpec& spec);
@@ -33,6 +37,9 @@ std::uint32_t dropout_stream(int layer, int site);
 // LayerNorm over the last dim: (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps),
 // biased variance. Saves x, and mean and rstd per row as extras.
 Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// RMSNorm over the last dim (Zhang & Sennrich 2019): x * rstd * gamma, rstd = 1/sqrt(mean(x^2) +
+// eps); no centering, no bias. Saves x, and rstd per row as an extra.
+Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps = 1e-5);
 // Softmax over the last dim; causal masks key j > query i on [.., s_q, s_k]. Saves its output.
 Tensor softmax(const Tensor& x, bool causal = false);
 

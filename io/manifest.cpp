@@ -196,6 +196,10 @@ json layer_config_json(const LayerConfig& c) {
           {"causal", c.causal},
           {"layernorm_eps", c.layernorm_eps},
           {"random_norms", c.random_norms},
+          {"norm", norm_name(c.norm)},
+          {"mlp", mlp_name(c.mlp)},
+          {"ffn", c.ffn_width()},
+          {"bias", c.bias},
           {"dtype", dtype_name(c.dtype)},
           {"mode", mode_name(c.mode)},
           {"degree", c.degree}};
@@ -219,11 +223,15 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
   }
   if (j.contains("layer")) c.layer = int_in_range(j, "layer", 0, INT_MAX, where);
   if (j.contains("degree")) c.degree = int_in_range(j, "degree", 1, INT_MAX, where);
+  if (j.contains("ffn")) c.ffn = int_in_range(j, "ffn", 1, INT_MAX, where);
   try {
     if (j.contains("dropout")) c.dropout = j.at("dropout").get<double>();
     if (j.contains("causal")) c.causal = j.at("causal").get<bool>();
     if (j.contains("layernorm_eps")) c.layernorm_eps = j.at("layernorm_eps").get<double>();
     if (j.contains("random_norms")) c.random_norms = j.at("random_norms").get<bool>();
+    if (j.contains("norm")) c.norm = parse_norm(j.at("norm").get<std::string>());
+    if (j.contains("mlp")) c.mlp = parse_mlp(j.at("mlp").get<std::string>());
+    if (j.contains("bias")) c.bias = j.at("bias").get<bool>();
     if (j.contains("dtype")) c.dtype = parse_dtype_name(j.at("dtype").get<std::string>());
     if (j.contains("mode")) c.mode = parse_mode(j.at("mode").get<std::string>());
   } catch (const json::exception& e) {

@@ -16,6 +16,7 @@
 #include "autograd/kernels/gelu.h"
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
+#include "autograd/kernels/swiglu.h"
 #include "autograd/reference/reference_backend.h"
 
 namespace shardscope {
@@ -328,6 +329,32 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     T* o = dx.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) o[i] = g[i] * kernels::gelu_grad(in[i]);
+    });
+  });
+}
+
+// Each thread a range of outputs i, reading the pair (x[2i], x[2i + 1]) = (gate, up).
+void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
+  dispatch_floating(x.dtype(), "swiglu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data<T>();
+    T* o = y.data<T>();
+    threads_.parallel_for(y.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) o[i] = kernels::swiglu(in[2 * i], in[2 * i + 1]);
+    });
+  });
+}
+
+void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  dispatch_floating(x.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data<T>();
+    const T* g = dy.data<T>();
+    T* o = dx.data<T>();
+    threads_.parallel_for(dy.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        kernels::swiglu_grad(in[2 * i], in[2 * i + 1], g[i], o[2 * i], o[2 * i + 1]);
+      }
     });
   });
 }

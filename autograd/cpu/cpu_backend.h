@@ -35,6 +35,8 @@ class CpuBackend final : public Backend {
   void scale(const Tensor& x, double alpha, Tensor& out) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void swiglu_forward(const Tensor& x, Tensor& y) override;
+  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
 
@@ -46,6 +48,10 @@ class CpuBackend final : public Backend {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
                           Tensor& dbeta) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                       Tensor& rstd) override;
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                        Tensor& dx, Tensor& dgamma) override;
   void softmax_forward(const Tensor& x, bool causal, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
 

@@ -1,4 +1,4 @@
-// CpuBackend: reductions and the row-wise kernels (layernorm, softmax, losses).
+// CpuBackend: reductions and the row-wise kernels (layernorm, rmsnorm, softmax, losses).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -23,28 +23,96 @@ std::int64_t row_length(const Tensor& t) {
 // kernels::layernorm_row_statistics of up to kStatRows rows at once. Welford's update divides by
 // the count at every element, a chain of dependent divisions per row; the rows' chains are
 // independent, so interleaving them lets the divisions overlap. Each row's arithmetic is the
-// kernel's, in the kernel's order: the same bits as one row at a time.
+// kernel's, in the kernel's order: the same bits as one row at a time. centered = false: RMSNorm's
+// sums of squares (no division to overlap, the same loop).
 constexpr std::int64_t kStatRows = 4;
 
 template <class T>
-void row_statistics(const T* x, std::int64_t h, std::int64_t rows,
+void row_statistics(const T* x, std::int64_t h, std::int64_t rows, bool centered,
                     kernels::Welford<double> (&w)[kStatRows]) {
   for (std::int64_t k = 0; k < kStatRows; ++k) w[k] = kernels::Welford<double>{};
   if (rows == kStatRows) {
     for (std::int64_t j = 0; j < h; ++j) {
       for (std::int64_t k = 0; k < kStatRows; ++k) {
-        kernels::welford_add(w[k], static_cast<double>(x[k * h + j]));
+        kernels::row_statistics_add(w[k], static_cast<double>(x[k * h + j]), centered);
       }
     }
     return;
   }
   for (std::int64_t k = 0; k < rows; ++k)
-    w[k] = kernels::layernorm_row_statistics(x + k * h, h, 0, 1);
+    w[k] = kernels::layernorm_row_statistics(x + k * h, h, 0, 1, centered);
 }
 
 // The fewest rows worth a thread: about 16k elements.
 std::int64_t row_grain(std::int64_t row_length) {
   return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
+}
+
+// LayerNorm's forward, or with beta and mean null RMSNorm's (centered = false: the mean is 0 and
+// there is no shift). Each thread a range of rows.
+template <class T>
+void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, const T* beta,
+                    double eps, Tensor& y, T* mean, T* rstd) {
+  const bool centered = mean != nullptr;
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  threads.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
+    kernels::Welford<double> w[kStatRows];
+    for (std::int64_t r0 = first; r0 < end; r0 += kStatRows) {
+      const std::int64_t n = std::min(kStatRows, end - r0);
+      row_statistics(x.data<T>() + r0 * h, h, n, centered, w);
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t r = r0 + k;
+        const double inv = kernels::layernorm_rstd(w[k], eps);
+        kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h,
+                                         0, 1, w[k].mean, inv);
+        if (mean) mean[r] = static_cast<T>(w[k].mean);
+        rstd[r] = static_cast<T>(inv);
+      }
+    }
+  });
+}
+
+// LayerNorm's backward, or with mean and dbeta null RMSNorm's: the same row math with mean = 0
+// and mean(dxhat) = 0 (kernels/layernorm.h).
+template <class T>
+void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const Tensor& x,
+                             const T* gamma, const T* mean, const T* rstd, Tensor& dx, T* dgamma,
+                             T* dbeta) {
+  const bool centered = mean != nullptr;
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  // dx: each thread a range of rows.
+  threads.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
+    for (std::int64_t r = first; r < end; ++r) {
+      const T* in = x.data<T>() + r * h;
+      const T* gy = dy.data<T>() + r * h;
+      const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
+      const kernels::LayerNormRowSums sums =
+          kernels::layernorm_backward_row_sums(gy, in, gamma, h, 0, 1, mu, inv);
+      const double n = static_cast<double>(h);
+      kernels::layernorm_backward_row(gy, in, gamma, dx.data<T>() + r * h, h, 0, 1, mu, inv,
+                                      centered ? sums.dxhat / n : 0.0, sums.dxhat_xhat / n);
+    }
+  });
+  // dgamma (and dbeta): each thread a range of columns, summed over the rows in row order.
+  const std::int64_t column_grain = std::max<std::int64_t>(16, row_grain(rows));
+  threads.parallel_for(h, column_grain, [&](std::int64_t first, std::int64_t end) {
+    const auto width = static_cast<std::size_t>(end - first);
+    std::vector<double> dg(width, 0.0), db(dbeta ? width : 0, 0.0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* in = x.data<T>() + r * h;
+      const T* gy = dy.data<T>() + r * h;
+      const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
+      for (std::int64_t j = first; j < end; ++j) {
+        const auto k = static_cast<std::size_t>(j - first);
+        kernels::layernorm_param_grad_add(dg[k], dbeta ? &db[k] : nullptr, gy[j], in[j], mu, inv);
+      }
+    }
+    for (std::int64_t j = first; j < end; ++j) {
+      const auto k = static_cast<std::size_t>(j - first);
+      dgamma[j] = static_cast<T>(dg[k]);
+      if (dbeta) dbeta[j] = static_cast<T>(db[k]);
+    }
+  });
 }
 
 }  // namespace
@@ -86,22 +154,8 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const T
                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
-    threads_.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
-      kernels::Welford<double> w[kStatRows];
-      for (std::int64_t r0 = first; r0 < end; r0 += kStatRows) {
-        const std::int64_t n = std::min(kStatRows, end - r0);
-        row_statistics(x.data<T>() + r0 * h, h, n, w);
-        for (std::int64_t k = 0; k < n; ++k) {
-          const std::int64_t r = r0 + k;
-          const double inv = kernels::layernorm_rstd(w[k], eps);
-          kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma.data<T>(), beta.data<T>(),
-                                           y.data<T>() + r * h, h, 0, 1, w[k].mean, inv);
-          mean.data<T>()[r] = static_cast<T>(w[k].mean);
-          rstd.data<T>()[r] = static_cast<T>(inv);
-        }
-      }
-    });
+    normalise_rows<T>(threads_, x, gamma.data<T>(), beta.data<T>(), eps, y, mean.data<T>(),
+                      rstd.data<T>());
   });
 }
 
@@ -110,41 +164,25 @@ void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Ten
                                     Tensor& dgamma, Tensor& dbeta) {
   dispatch_floating(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
-    const T* g = gamma.data<T>();
-    // dx: each thread a range of rows.
-    threads_.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
-      for (std::int64_t r = first; r < end; ++r) {
-        const T* in = x.data<T>() + r * h;
-        const T* gy = dy.data<T>() + r * h;
-        const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-        const kernels::LayerNormRowSums sums =
-            kernels::layernorm_backward_row_sums(gy, in, g, h, 0, 1, mu, inv);
-        const double n = static_cast<double>(h);
-        kernels::layernorm_backward_row(gy, in, g, dx.data<T>() + r * h, h, 0, 1, mu, inv,
-                                        sums.dxhat / n, sums.dxhat_xhat / n);
-      }
-    });
-    // dgamma, dbeta: each thread a range of columns, summed over the rows in row order.
-    const std::int64_t column_grain = std::max<std::int64_t>(16, row_grain(rows));
-    threads_.parallel_for(h, column_grain, [&](std::int64_t first, std::int64_t end) {
-      const auto width = static_cast<std::size_t>(end - first);
-      std::vector<double> dg(width, 0.0), db(width, 0.0);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* in = x.data<T>() + r * h;
-        const T* gy = dy.data<T>() + r * h;
-        const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-        for (std::int64_t j = first; j < end; ++j) {
-          const auto k = static_cast<std::size_t>(j - first);
-          kernels::layernorm_param_grad_add(dg[k], db[k], gy[j], in[j], mu, inv);
-        }
-      }
-      for (std::int64_t j = first; j < end; ++j) {
-        const auto k = static_cast<std::size_t>(j - first);
-        dgamma.data<T>()[j] = static_cast<T>(dg[k]);
-        dbeta.data<T>()[j] = static_cast<T>(db[k]);
-      }
-    });
+    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), mean.data<T>(), rstd.data<T>(), dx,
+                               dgamma.data<T>(), dbeta.data<T>());
+  });
+}
+
+void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                                 Tensor& rstd) {
+  dispatch_floating(x.dtype(), "rmsnorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    normalise_rows<T>(threads_, x, gamma.data<T>(), nullptr, eps, y, nullptr, rstd.data<T>());
+  });
+}
+
+void CpuBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  dispatch_floating(x.dtype(), "rmsnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), nullptr, rstd.data<T>(), dx,
+                               dgamma.data<T>(), nullptr);
   });
 }
 

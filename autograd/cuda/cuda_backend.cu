@@ -126,6 +126,8 @@ class CudaBackend final : public Backend {
   void scale(const Tensor& x, double alpha, Tensor& out) override;
   void gelu_forward(const Tensor& x, Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void swiglu_forward(const Tensor& x, Tensor& y) override;
+  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
 
@@ -137,6 +139,10 @@ class CudaBackend final : public Backend {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dgamma,
                           Tensor& dbeta) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                       Tensor& rstd) override;
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                        Tensor& dx, Tensor& dgamma) override;
   void softmax_forward(const Tensor& x, bool causal, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
@@ -170,6 +176,15 @@ class CudaBackend final : public Backend {
   void column_sums(const T* x, T* out, std::int64_t rows, std::int64_t m);
   template <class In, class Out>
   void total(const In* x, const In* target, Out* out, std::int64_t n, double divisor);
+  // LayerNorm's forward (rows > 0) and backward (h > 0) launches; RMSNorm's with beta, mean and
+  // dbeta null.
+  template <class T>
+  void normalise_rows(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                      std::int64_t rows, std::int64_t h, double eps);
+  template <class T>
+  void normalise_rows_backward(const T* dy, const T* x, const T* gamma, const T* mean,
+                               const T* rstd, T* dx, T* dgamma, T* dbeta, std::int64_t rows,
+                               std::int64_t h);
 
   // A device copy of host class indices, freed in stream order after its last use.
   struct DeviceTargets {
@@ -384,6 +399,29 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   SS_CUDA_CHECK_LAUNCH("gelu_backward");
 }
 
+void CudaBackend::swiglu_forward(const Tensor& x, Tensor& y) {
+  activate();
+  const std::int64_t n = y.numel();
+  if (!n) return;
+  dispatch_floating(x.dtype(), "swiglu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::swiglu_forward<T><<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(), n);
+  });
+  SS_CUDA_CHECK_LAUNCH("swiglu_forward");
+}
+
+void CudaBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  activate();
+  const std::int64_t n = dy.numel();
+  if (!n) return;
+  dispatch_floating(x.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    k::swiglu_backward<T>
+        <<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), dy.data<T>(), dx.data<T>(), n);
+  });
+  SS_CUDA_CHECK_LAUNCH("swiglu_backward");
+}
+
 void CudaBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
                                   Tensor& y) {
   activate();
@@ -471,6 +509,36 @@ void CudaBackend::sum_all(const Tensor& x, Tensor& out) {
   SS_CUDA_CHECK_LAUNCH("sum_all");
 }
 
+template <class T>
+void CudaBackend::normalise_rows(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                                 std::int64_t rows, std::int64_t h, double eps) {
+  k::layernorm_forward<T>
+      <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+          x, gamma, beta, y, mean, rstd, rows, h, eps);
+}
+
+// dx one block per row, then dgamma (and dbeta) as two-pass column sums. h > 0.
+template <class T>
+void CudaBackend::normalise_rows_backward(const T* dy, const T* x, const T* gamma, const T* mean,
+                                          const T* rstd, T* dx, T* dgamma, T* dbeta,
+                                          std::int64_t rows, std::int64_t h) {
+  if (rows) {
+    k::layernorm_backward_rows<T>
+        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
+            dy, x, gamma, mean, rstd, dx, rows, h);
+  }
+  const ColumnChunks c = column_chunks(rows, h);
+  const std::int64_t sums = dbeta ? 2 : 1;  // dgamma's partials, then dbeta's
+  const Scratch partial(*this, sums * c.chunks * h);
+  k::layernorm_param_partials<T>
+      <<<c.grid, kThreads, 0, stream_>>>(dy, x, mean, rstd, partial.data, rows, h, c.chunk);
+  k::column_finish<T><<<grid_for(h), kThreads, 0, stream_>>>(partial.data, dgamma, c.chunks, h);
+  if (dbeta) {
+    k::column_finish<T>
+        <<<grid_for(h), kThreads, 0, stream_>>>(partial.data + c.chunks * h, dbeta, c.chunks, h);
+  }
+}
+
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   activate();
@@ -478,10 +546,8 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const 
   if (!rows) return;
   dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    k::layernorm_forward<T>
-        <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
-            x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(), mean.data<T>(),
-            rstd.data<T>(), rows, h, eps);
+    normalise_rows<T>(x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(), mean.data<T>(),
+                      rstd.data<T>(), rows, h, eps);
   });
   SS_CUDA_CHECK_LAUNCH("layernorm_forward");
 }
@@ -494,22 +560,37 @@ void CudaBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   if (!h) return;
   dispatch_floating(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    if (rows) {
-      k::layernorm_backward_rows<T>
-          <<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream_>>>(
-              dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(),
-              dx.data<T>(), rows, h);
-    }
-    const ColumnChunks c = column_chunks(rows, h);
-    const Scratch partial(*this, 2 * c.chunks * h);
-    k::layernorm_param_partials<T><<<c.grid, kThreads, 0, stream_>>>(
-        dy.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), partial.data, rows, h, c.chunk);
-    k::column_finish<T>
-        <<<grid_for(h), kThreads, 0, stream_>>>(partial.data, dgamma.data<T>(), c.chunks, h);
-    k::column_finish<T><<<grid_for(h), kThreads, 0, stream_>>>(partial.data + c.chunks * h,
-                                                               dbeta.data<T>(), c.chunks, h);
+    normalise_rows_backward<T>(dy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(),
+                               rstd.data<T>(), dx.data<T>(), dgamma.data<T>(), dbeta.data<T>(),
+                               rows, h);
   });
   SS_CUDA_CHECK_LAUNCH("layernorm_backward");
+}
+
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                                  Tensor& rstd) {
+  activate();
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  if (!rows) return;
+  dispatch_floating(x.dtype(), "rmsnorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    normalise_rows<T>(x.data<T>(), gamma.data<T>(), nullptr, y.data<T>(), nullptr, rstd.data<T>(),
+                      rows, h, eps);
+  });
+  SS_CUDA_CHECK_LAUNCH("rmsnorm_forward");
+}
+
+void CudaBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  activate();
+  const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
+  if (!h) return;
+  dispatch_floating(x.dtype(), "rmsnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    normalise_rows_backward<T>(dy.data<T>(), x.data<T>(), gamma.data<T>(), nullptr, rstd.data<T>(),
+                               dx.data<T>(), dgamma.data<T>(), nullptr, rows, h);
+  });
+  SS_CUDA_CHECK_LAUNCH("rmsnorm_backward");
 }
 
 void CudaBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {

@@ -11,6 +11,7 @@
 #include "autograd/kernels/losses.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/kernels/softmax.h"
+#include "autograd/kernels/swiglu.h"
 
 namespace shardscope::cuda_kernels {
 
@@ -126,6 +127,19 @@ __global__ void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
   SS_GRID_STRIDE(i, n) dx[i] = dy[i] * kernels::gelu_grad(x[i]);
 }
 
+// n outputs; output i reads the pair (x[2i], x[2i + 1]) = (gate, up) and its gradient writes both.
+template <class T>
+__global__ void swiglu_forward(const T* x, T* y, std::int64_t n) {
+  SS_GRID_STRIDE(i, n) y[i] = kernels::swiglu(x[2 * i], x[2 * i + 1]);
+}
+
+template <class T>
+__global__ void swiglu_backward(const T* x, const T* dy, T* dx, std::int64_t n) {
+  SS_GRID_STRIDE(i, n) {
+    kernels::swiglu_grad(x[2 * i], x[2 * i + 1], dy[i], dx[2 * i], dx[2 * i + 1]);
+  }
+}
+
 // local_to_global maps a local linear index to its offset from `origin` in the global tensor.
 template <class T>
 __global__ void dropout_forward(const T* x, std::uint8_t* mask, T* y, std::int64_t n,
@@ -205,19 +219,24 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- row-wise: one block per row --------------------------------------------------------------
 
+// The LayerNorm kernels also run RMSNorm: with mean == nullptr (and beta == nullptr) the rows are
+// uncentered, the mean taken as 0, and there is no shift and no dbeta (kernels/layernorm.h).
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
                       std::int64_t rows, std::int64_t h, double eps) {
+  const bool centered = mean != nullptr;
   SS_BLOCK_PER_ROW(r, rows) {
     const T* in = x + r * h;
-    kernels::Welford<double> w = kernels::layernorm_row_statistics(in, h, threadIdx.x, blockDim.x);
+    kernels::Welford<double> w =
+        kernels::layernorm_row_statistics(in, h, threadIdx.x, blockDim.x, centered);
     w = block_reduce(w, WelfordOp{});
     const double inv = kernels::layernorm_rstd(w, eps);
     kernels::layernorm_normalise_row(in, gamma, beta, y + r * h, h, threadIdx.x, blockDim.x, w.mean,
                                      inv);
     if (threadIdx.x == 0) {
-      mean[r] = static_cast<T>(w.mean);
+      if (centered) mean[r] = static_cast<T>(w.mean);
       rstd[r] = static_cast<T>(inv);
     }
   }
@@ -227,34 +246,39 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     layernorm_backward_rows(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
                             T* dx, std::int64_t rows, std::int64_t h) {
+  const bool centered = mean != nullptr;
   SS_BLOCK_PER_ROW(r, rows) {
-    const double mu = mean[r], inv = rstd[r];
+    const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
     kernels::LayerNormRowSums s = kernels::layernorm_backward_row_sums(
         dy + r * h, x + r * h, gamma, h, threadIdx.x, blockDim.x, mu, inv);
     s = block_reduce(s, SumOp{});
     const double n = static_cast<double>(h);
     kernels::layernorm_backward_row(dy + r * h, x + r * h, gamma, dx + r * h, h, threadIdx.x,
-                                    blockDim.x, mu, inv, s.dxhat / n, s.dxhat_xhat / n);
+                                    blockDim.x, mu, inv, centered ? s.dxhat / n : 0.0,
+                                    s.dxhat_xhat / n);
   }
 }
 
 // Pass 1 of dgamma and dbeta, as column_partials: partial[c * h + j] holds chunk c's part of
-// dgamma[j] and partial[(chunks + c) * h + j] its part of dbeta[j]; column_finish sums each.
+// dgamma[j] and, when centered, partial[(chunks + c) * h + j] its part of dbeta[j]; column_finish
+// sums each.
 template <class T>
 __global__ void layernorm_param_partials(const T* dy, const T* x, const T* mean, const T* rstd,
                                          double* partial, std::int64_t rows, std::int64_t h,
                                          std::int64_t chunk) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= h) return;
+  const bool centered = mean != nullptr;
   const std::int64_t c = blockIdx.y, chunks = gridDim.y;
   const std::int64_t begin = c * chunk, end = begin + chunk < rows ? begin + chunk : rows;
   double dg = 0.0, db = 0.0;
   for (std::int64_t r = begin; r < end; ++r) {
-    kernels::layernorm_param_grad_add(dg, db, dy[r * h + j], x[r * h + j],
-                                      static_cast<double>(mean[r]), static_cast<double>(rstd[r]));
+    const double mu = centered ? static_cast<double>(mean[r]) : 0.0;
+    kernels::layernorm_param_grad_add(dg, centered ? &db : nullptr, dy[r * h + j], x[r * h + j], mu,
+                                      static_cast<double>(rstd[r]));
   }
   partial[c * h + j] = dg;
-  partial[(chunks + c) * h + j] = db;
+  if (centered) partial[(chunks + c) * h + j] = db;
 }
 
 // Softmax of each row (s_q = 1 and causal = false for plain rows). With row_loss set, the rows

@@ -1,11 +1,15 @@
-// LayerNorm over one row, split into the pieces a sequential CPU loop and a CUDA block both call.
-// A row piece covers elements first, first + step, first + 2 step, ... below n: the CPU passes
-// (0, 1), a CUDA thread (threadIdx.x, blockDim.x) and then combines the threads' partial results.
-// Statistics and sums are kept in double whatever the element type T.
+// LayerNorm and RMSNorm over one row, split into the pieces a sequential CPU loop and a CUDA
+// block both call. A row piece covers elements first, first + step, first + 2 step, ... below n:
+// the CPU passes (0, 1), a CUDA thread (threadIdx.x, blockDim.x) and then combines the threads'
+// partial results. Statistics and sums are kept in double whatever the element type T.
 //   forward:  mean, rstd = 1 / sqrt(M2 / n + eps),  y = (x - mean) rstd gamma + beta
 //   backward: xhat = (x - mean) rstd,  dxhat = dy gamma,
 //             dx = rstd (dxhat - sum(dxhat) / n - xhat sum(dxhat xhat) / n),
 //             dgamma += dy xhat,  dbeta += dy  (summed over rows)
+// RMSNorm (Zhang & Sennrich 2019) is the uncentered case, the same pieces with mean = 0 and no
+// beta: the statistics with centered = false give M2 = sum x^2, so rstd = 1 / sqrt(mean(x^2) +
+// eps); y = x rstd gamma; and with mean = 0 and mean(dxhat) = 0 the backward row is its
+//   dx = rstd (dxhat - xhat sum(dxhat xhat) / n),  dgamma += dy xhat  (no dbeta).
 #pragma once
 
 #include <cmath>
@@ -16,28 +20,47 @@
 
 namespace shardscope::kernels {
 
-// Welford statistics (count, mean, M2) of the row piece.
+// One value into a row's statistics: Welford's update, or with centered = false (RMSNorm) the
+// mean pinned at 0, so that M2 = sum x^2. welford_combine merges uncentered pieces exactly too:
+// their means are both 0, so it adds the counts and the M2s.
+SS_HOST_DEVICE void row_statistics_add(Welford<double>& w, double x, bool centered) {
+  if (centered) {
+    welford_add(w, x);
+  } else {
+    w.count += 1.0;
+    w.m2 += x * x;
+  }
+}
+
+// Welford statistics (count, mean, M2) of the row piece; centered = false: (count, 0, sum x^2).
 template <class T>
 SS_HOST_DEVICE Welford<double> layernorm_row_statistics(const T* x, std::int64_t n,
-                                                        std::int64_t first, std::int64_t step) {
+                                                        std::int64_t first, std::int64_t step,
+                                                        bool centered = true) {
   Welford<double> w;
-  for (std::int64_t j = first; j < n; j += step) welford_add(w, static_cast<double>(x[j]));
+  for (std::int64_t j = first; j < n; j += step) {
+    row_statistics_add(w, static_cast<double>(x[j]), centered);
+  }
   return w;
 }
 
-// 1 / sqrt(variance + eps) of a row whose statistics are complete (count = the row length).
+// 1 / sqrt(M2 / n + eps) of a row whose statistics are complete (count = the row length n): for
+// LayerNorm 1 / sqrt(variance + eps), for RMSNorm's uncentered statistics 1 / sqrt(mean(x^2) +
+// eps).
 SS_HOST_DEVICE double layernorm_rstd(const Welford<double>& w, double eps) {
   return 1.0 / std::sqrt(w.m2 / w.count + eps);
 }
 
 // y = (x - mean) rstd gamma + beta on the row piece; the normalisation is rounded to T before
-// the affine part, as the single-device and sharded LayerNorms both do.
+// the affine part, as the single-device and sharded LayerNorms both do. beta == nullptr leaves
+// out the shift: RMSNorm's y = x rstd gamma (with mean = 0).
 template <class T>
 SS_HOST_DEVICE void layernorm_normalise_row(const T* x, const T* gamma, const T* beta, T* y,
                                             std::int64_t n, std::int64_t first, std::int64_t step,
                                             double mean, double rstd) {
   for (std::int64_t j = first; j < n; j += step) {
-    y[j] = static_cast<T>((static_cast<double>(x[j]) - mean) * rstd) * gamma[j] + beta[j];
+    const T normalised = static_cast<T>((static_cast<double>(x[j]) - mean) * rstd);
+    y[j] = beta ? normalised * gamma[j] + beta[j] : normalised * gamma[j];
   }
 }
 
@@ -80,13 +103,20 @@ SS_HOST_DEVICE void layernorm_backward_row(const T* dy, const T* x, const T* gam
   }
 }
 
-// One row's contribution to dgamma[j] and dbeta[j]; callers sum over rows in row order.
+// One row's contribution to dgamma[j] and dbeta[j]; callers sum over rows in row order. dbeta ==
+// nullptr: RMSNorm's dgamma alone (with mean = 0).
 template <class T>
-SS_HOST_DEVICE void layernorm_param_grad_add(double& dgamma, double& dbeta, T dy, T x, double mean,
+SS_HOST_DEVICE void layernorm_param_grad_add(double& dgamma, double* dbeta, T dy, T x, double mean,
                                              double rstd) {
   const double xhat = (x - mean) * rstd;
   dgamma += dy * xhat;
-  dbeta += dy;
+  if (dbeta) *dbeta += dy;
+}
+
+template <class T>
+SS_HOST_DEVICE void layernorm_param_grad_add(double& dgamma, double& dbeta, T dy, T x, double mean,
+                                             double rstd) {
+  layernorm_param_grad_add(dgamma, &dbeta, dy, x, mean, rstd);
 }
 
 }  // namespace shardscope::kernels

@@ -1,4 +1,4 @@
-// Elementwise ops: add (bias broadcasting), mul, scale, gelu, dropout.
+// Elementwise ops: add (bias broadcasting), mul, scale, gelu, swiglu, dropout.
 #include <cmath>
 #include <string>
 
@@ -105,6 +105,30 @@ Tensor gelu(const Tensor& x) {
     Node& node = r.record([](Node& n, const std::vector<Tensor>& g) {
       Tensor dx = new_like(g[0]);
       g[0].ctx().backend().gelu_backward(n.saved(0), g[0], dx);
+      return std::vector<Tensor>{dx};
+    });
+    node.save(x);
+  }
+  return r.finish(y);
+}
+
+Tensor swiglu(const Tensor& x) {
+  OpRecord r("swiglu", {x});
+  ops_detail::check_floating(r, x, "x");
+  if (x.rank() < 1 || x.dim(-1) % 2 != 0) {
+    throw ShapeError(r.where() + ": x must have rank >= 1 and an even last dim (2f: f gate/up " +
+                     "pairs, interleaved), given " + x.describe());
+  }
+  std::vector<std::int64_t> dims = x.shape().dims();
+  dims.back() /= 2;
+  Tensor y = ops_detail::new_tensor(r.ctx(), Shape(dims), x.dtype());
+  r.ctx().backend().swiglu_forward(x, y);
+  if (r.needs_grad()) {
+    // y = silu(a) b for each pair (a, b) = (x[2j], x[2j + 1]):
+    // da = dy b silu'(a), db = dy silu(a)
+    Node& node = r.record([](Node& n, const std::vector<Tensor>& g) {
+      Tensor dx = new_like(n.saved(0));
+      g[0].ctx().backend().swiglu_backward(n.saved(0), g[0], dx);
       return std::vector<Tensor>{dx};
     });
     node.save(x);

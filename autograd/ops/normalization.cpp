@@ -1,4 +1,4 @@
-// Row-wise ops over the last dim: layernorm and softmax.
+// Row-wise ops over the last dim: layernorm, rmsnorm and softmax.
 #include <string>
 
 #include "autograd/errors.h"
@@ -44,6 +44,39 @@ Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doubl
     node.save(x);
     node.save(gamma);  // a parameter: kept, not counted
     node.save(mean, SaveRole::extra);
+    node.save(rstd, SaveRole::extra);
+  }
+  return r.finish(y);
+}
+
+Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps) {
+  OpRecord r("rmsnorm", {x, gamma});
+  ops_detail::check_floating(r, x, "x");
+  ops_detail::check_floating(r, gamma, "weight");
+  ops_detail::check_same_dtype(r, x, gamma);
+  if (x.rank() < 1) throw ShapeError(r.where() + ": x must have rank >= 1, given " + x.describe());
+  const Shape feature{x.dim(-1)};
+  if (gamma.shape() != feature) {
+    throw ShapeError(r.where() + ": weight must be " + feature.str() + " (the last dim of x " +
+                     x.shape().str() + "), given " + gamma.describe());
+  }
+  if (!(eps > 0.0)) throw ArgumentError(r.where() + ": eps must be > 0");
+  std::vector<std::int64_t> rows(x.shape().dims().begin(), x.shape().dims().end() - 1);
+  Tensor y = new_like(x);
+  Tensor rstd = ops_detail::new_tensor(r.ctx(), Shape(rows), x.dtype());
+  r.ctx().backend().rmsnorm_forward(x, gamma, eps, y, rstd);
+  if (r.needs_grad()) {
+    // xhat = x rstd; dxhat = dy gamma;
+    // dx = rstd (dxhat - xhat mean(dxhat xhat)); dgamma = sum dy xhat
+    Node& node = r.record([](Node& n, const std::vector<Tensor>& g) {
+      const Tensor& sx = n.saved(0);
+      const Tensor& sgamma = n.saved(1);
+      Tensor dx = new_like(sx), dgamma = new_like(sgamma);
+      sx.ctx().backend().rmsnorm_backward(g[0], sx, sgamma, n.saved(2), dx, dgamma);
+      return std::vector<Tensor>{dx, dgamma};
+    });
+    node.save(x);
+    node.save(gamma);  // a parameter: kept, not counted
     node.save(rstd, SaveRole::extra);
   }
   return r.finish(y);

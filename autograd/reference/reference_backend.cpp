@@ -219,6 +219,32 @@ void ReferenceBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& 
   });
 }
 
+// x [.., 2F] as F pairs (a, b) = (x[2j], x[2j + 1]), y [.., F]:
+//   y[j] = silu(a) b,  silu(a) = a / (1 + exp(-a))
+void ReferenceBackend::swiglu_forward(const Tensor& x, Tensor& y) {
+  with_floating(x.dtype(), "swiglu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t j = 0; j < y.numel(); ++j) {
+      const double a = x.data<T>()[2 * j], b = x.data<T>()[2 * j + 1];
+      y.data<T>()[j] = static_cast<T>(a / (1.0 + std::exp(-a)) * b);
+    }
+  });
+}
+
+// With sigma = 1 / (1 + exp(-a)):  d silu / da = sigma + a sigma (1 - sigma)
+//   dx[2j] = dy[j] b silu'(a),  dx[2j + 1] = dy[j] silu(a)
+void ReferenceBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  with_floating(x.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t j = 0; j < dy.numel(); ++j) {
+      const double a = x.data<T>()[2 * j], b = x.data<T>()[2 * j + 1], g = dy.data<T>()[j];
+      const double sigma = 1.0 / (1.0 + std::exp(-a));
+      dx.data<T>()[2 * j] = static_cast<T>(g * b * (sigma + a * sigma * (1.0 - sigma)));
+      dx.data<T>()[2 * j + 1] = static_cast<T>(g * a * sigma);
+    }
+  });
+}
+
 // One Philox round on the counter (c0, c1, c2, c3) with key (k0, k1):
 //   (hi0, lo0) = 0xD2511F53 * c0,  (hi1, lo1) = 0xCD9E8D57 * c2   (64-bit products)
 //   c' = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)

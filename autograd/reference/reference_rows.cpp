@@ -1,5 +1,5 @@
-// ReferenceBackend: reductions and the row-wise kernels (LayerNorm, softmax, losses), each a plain
-// loop over rows under a comment giving its shapes and formula. Everything sums in double.
+// ReferenceBackend: reductions and the row-wise kernels (LayerNorm, RMSNorm, softmax, losses), each
+// a plain loop over rows under a comment giving its shapes and formula. Everything sums in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -109,6 +109,59 @@ void ReferenceBackend::layernorm_backward(const Tensor& dy, const Tensor& x, con
     for (std::int64_t j = 0; j < h; ++j) {
       dgamma.data<T>()[j] = static_cast<T>(dg[static_cast<std::size_t>(j)]);
       dbeta.data<T>()[j] = static_cast<T>(db[static_cast<std::size_t>(j)]);
+    }
+  });
+}
+
+// x, y [R, H]; gamma [H]; rstd [R]. For each row r:
+//   rstd = 1 / sqrt(sum_j x_j^2 / H + eps),  y_j = x_j rstd gamma_j
+void ReferenceBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                                       Tensor& rstd) {
+  with_floating(x.dtype(), "rmsnorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const std::int64_t h = row_length(x);
+    for (std::int64_t r = 0; r < row_count(x); ++r) {
+      const T* in = x.data<T>() + r * h;
+      double squares = 0.0;
+      for (std::int64_t j = 0; j < h; ++j) squares += static_cast<double>(in[j]) * in[j];
+      const double inv = 1.0 / std::sqrt(squares / static_cast<double>(h) + eps);
+      for (std::int64_t j = 0; j < h; ++j) {
+        y.data<T>()[r * h + j] = static_cast<T>(in[j] * inv * gamma.data<T>()[j]);
+      }
+      rstd.data<T>()[r] = static_cast<T>(inv);
+    }
+  });
+}
+
+// With the forward's rstd per row, xhat_j = x_j rstd and dxhat_j = dy_j gamma_j:
+//   dx_j = rstd (dxhat_j - xhat_j sum_k dxhat_k xhat_k / H)
+//   dgamma_j = sum_r dy_rj xhat_rj
+void ReferenceBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                        const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  with_floating(x.dtype(), "rmsnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const std::int64_t h = row_length(x), rows = row_count(x);
+    std::vector<double> dg(static_cast<std::size_t>(h), 0.0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const double inv = rstd.data<T>()[r];
+      std::vector<double> xhat(static_cast<std::size_t>(h)), dxhat(static_cast<std::size_t>(h));
+      double sum_dxhat_xhat = 0.0;
+      for (std::int64_t j = 0; j < h; ++j) {
+        const auto u = static_cast<std::size_t>(j);
+        const double g = dy.data<T>()[r * h + j];
+        xhat[u] = x.data<T>()[r * h + j] * inv;
+        dxhat[u] = g * gamma.data<T>()[j];
+        sum_dxhat_xhat += dxhat[u] * xhat[u];
+        dg[u] += g * xhat[u];
+      }
+      for (std::int64_t j = 0; j < h; ++j) {
+        const auto u = static_cast<std::size_t>(j);
+        dx.data<T>()[r * h + j] =
+            static_cast<T>(inv * (dxhat[u] - xhat[u] * sum_dxhat_xhat / static_cast<double>(h)));
+      }
+    }
+    for (std::int64_t j = 0; j < h; ++j) {
+      dgamma.data<T>()[j] = static_cast<T>(dg[static_cast<std::size_t>(j)]);
     }
   });
 }

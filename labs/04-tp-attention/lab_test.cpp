@@ -102,8 +102,8 @@ AttentionWeights reference_shards(ProcessGroup& group, const AttentionWeights& f
 // The single-device attention block, exactly as TransformerLayer::attention runs it.
 Tensor reference_attention(const LayerConfig& c, const Tensor& x, const AttentionWeights& w) {
   const Tensor qkv = add(matmul(x, w.qkv_weight), w.qkv_bias);
-  const HeadTensors heads = split_heads(qkv, c.heads, c.head_dim());
-  const Tensor context = merge_heads(attention_core(c, heads, 0));
+  const HeadTensors heads = split_heads(c, qkv, c.heads);
+  const Tensor context = merge_heads(c, attention_core(c, heads, 0));
   return layer_dropout(c, "out_dropout", add(matmul(context, w.proj_weight), w.proj_bias),
                        kAttentionOutput);
 }
@@ -115,8 +115,8 @@ Tensor reference_partial(const LayerConfig& c, const Tensor& x, const AttentionW
                          int t, std::int64_t first_head, const LayerConfig& mask_config) {
   const Tensor qkv = add(matmul(x, slice_of_full(full.qkv_weight, Placement::shard(1), r, t)),
                          slice_of_full(full.qkv_bias, Placement::shard(0), r, t));
-  const HeadTensors heads = split_heads(qkv, c.heads / t, c.head_dim());
-  return matmul(merge_heads(attention_core(mask_config, heads, first_head)),
+  const HeadTensors heads = split_heads(c, qkv, c.heads / t);
+  return matmul(merge_heads(c, attention_core(mask_config, heads, first_head)),
                 slice_of_full(full.proj_weight, Placement::shard(0), r, t));
 }
 

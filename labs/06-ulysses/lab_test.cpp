@@ -27,6 +27,7 @@
 #include "parallel/comm/spmd.h"
 #include "parallel/layers/attention_core.h"
 #include "parallel/layers/collective_ops.h"
+#include "parallel/models/comm_model.h"
 #include "parallel/run/layer_run.h"
 
 namespace shardscope::labs {

@@ -31,14 +31,4 @@ class CommLog final : public Observer {
   std::vector<CommLine> lines_;
 };
 
-// What one forward and backward of the layer sends per rank (purposes activation and
-// param_grad), derived in docs/derivations.md:
-//   tp       forward 2 all-reduce, backward 2 all-reduce of the [s, b, h] activation
-//   tp-sp    forward 2 all-gather + 2 reduce-scatter; backward 2 reduce-scatter + 2 all-gather
-//            (+ 2 all-gathers re-gathering the linear inputs unless they are kept); then the
-//            LayerNorm and row-bias gradients all-reduced
-//   ulysses  forward and backward 4 all-to-all each (q, k, v to heads; context back); then every
-//            parameter gradient all-reduced
-std::vector<CommLine> comm_model(const LayerConfig& config, bool keep_gathered_input);
-
 }  // namespace shardscope

@@ -9,8 +9,9 @@
 
 namespace shardscope {
 
-HeadTensors split_heads(const Tensor& qkv, std::int64_t heads, std::int64_t d) {
-  ScopeGuard scope(qkv.ctx(), decl::layer().heads.scope);
+HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads) {
+  ScopeGuard scope(qkv.ctx(), decl::layer(config).heads.scope);
+  const std::int64_t d = config.head_dim();
   const std::int64_t s = qkv.dim(0), b = qkv.dim(1);
   // [s, b, heads, 3, d] -> [3, b, heads, s, d] -> q, k, v
   Tensor grouped = permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4});
@@ -62,6 +63,7 @@ Tensor local_position_mask(Context& ctx, const LayerConfig& config, std::int64_t
 
 Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
   Context& ctx = qkv.q.ctx();
+  const decl::Modules& m = decl::layer(config);
   const std::int64_t d = qkv.q.dim(3);
   // 1/sqrt(d): d is the width of one head, the same on every rank.
   double width = static_cast<double>(d);
@@ -71,12 +73,12 @@ Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::in
     width *= static_cast<double>(qkv.q.dim(1));
   Tensor scores;
   {
-    ScopeGuard scope(ctx, decl::layer().scores.scope);
+    ScopeGuard scope(ctx, m.scores.scope);
     scores = scale(matmul(qkv.q, qkv.k, /*transpose_b=*/true), 1.0 / std::sqrt(width));
   }
   Tensor probs;
   {
-    ScopeGuard scope(ctx, decl::layer().softmax.scope);
+    ScopeGuard scope(ctx, m.softmax.scope);
     if (config.planted_bug == PlantedBug::causal_mask_local_positions) {
       const std::int64_t s = scores.dim(2);
       probs = softmax(add(scores, local_position_mask(ctx, config, s, scores.dtype())), false);
@@ -85,16 +87,45 @@ Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::in
     }
   }
   const Shape& local = probs.shape();
-  probs = layer_dropout(config, decl::layer().attn_dropout, probs,
+  probs = layer_dropout(config, m.attn_dropout, probs,
                         Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
-  ScopeGuard scope(ctx, decl::layer().context.scope);
+  ScopeGuard scope(ctx, m.context.scope);
   return matmul(probs, qkv.v);
 }
 
-Tensor merge_heads(const Tensor& context) {
-  ScopeGuard scope(context.ctx(), decl::layer().context.scope);
+Tensor merge_heads(const LayerConfig& config, const Tensor& context) {
+  ScopeGuard scope(context.ctx(), decl::layer(config).context.scope);
   const Shape& c = context.shape();  // [b, heads, s, d]
   return reshape(permute(context, {2, 0, 1, 3}), {c[2], c[0], c[1] * c[3]});
+}
+
+}  // namespace shardscope
+
+namespace shardscope {
+
+Tensor norm_op(const decl::ModuleDecl& norm, const Tensor& x, const Tensor& w, const Tensor& b,
+               double eps) {
+  switch (norm.kind) {
+    case decl::Kind::layernorm:
+      return layernorm(x, w, b, eps);
+    case decl::Kind::rmsnorm:
+      return rmsnorm(x, w, eps);
+    default:
+      throw ArgumentError(std::string("norm_op: module ") + norm.scope + " is not a norm");
+  }
+}
+
+Tensor mlp_activation(const decl::ModuleDecl& act, const Tensor& h) {
+  ScopeGuard scope(h.ctx(), act.scope);
+  switch (act.kind) {
+    case decl::Kind::gelu:
+      return gelu(h);
+    case decl::Kind::swiglu:
+      return swiglu(h);
+    default:
+      throw ArgumentError(std::string("mlp_activation: module ") + act.scope +
+                          " is not an MLP activation");
+  }
 }
 
 }  // namespace shardscope

@@ -1,6 +1,7 @@
-// The attention core every mode shares, on the heads a rank holds (all of them on one device,
-// a/t under TP, TP-SP and Ulysses): split the fused QKV output into heads, scores with the
-// 1/sqrt(d) scale, causal softmax, dropout, probabilities x V, and merge the heads back.
+// The parts of the layer every mode shares: the attention core, on the heads a rank holds (all of
+// them on one device, a/t under TP, TP-SP and Ulysses): split the fused QKV output into heads,
+// scores with the 1/sqrt(d) scale, causal softmax, dropout, probabilities x V, and merge the heads
+// back; the dropouts; the norm and the MLP activation a module's kind selects.
 #pragma once
 
 #include "autograd/backend.h"
@@ -14,9 +15,9 @@ struct HeadTensors {
   Tensor q, k, v;  // [b, heads, s, d]
 };
 
-// qkv [s, b, heads * 3 * d] in the head-grouped column order -> q, k, v [b, heads, s, d].
-// Scope: attn.heads's (layer_decl.h).
-HeadTensors split_heads(const Tensor& qkv, std::int64_t heads, std::int64_t d);
+// qkv [s, b, heads * 3 * d] in the head-grouped column order -> q, k, v [b, heads, s, d],
+// d = config.head_dim(). Scope: attn.heads's (layer_decl.h).
+HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads);
 
 // The scopes of the declared modules attn.scores, attn.softmax, attn.dropout and attn.context
 // (layer_decl.h). `first_head` is the global index of this rank's first head, so its dropout mask
@@ -24,7 +25,14 @@ HeadTensors split_heads(const Tensor& qkv, std::int64_t heads, std::int64_t d);
 Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head);
 
 // [b, heads, s, d] -> [s, b, heads * d]. Scope: attn.context's.
-Tensor merge_heads(const Tensor& context);
+Tensor merge_heads(const LayerConfig& config, const Tensor& context);
+
+// A declared norm module's op on x (no scope of its own): LayerNorm with weight w and bias b, or
+// RMSNorm with weight w (b undefined).
+Tensor norm_op(const decl::ModuleDecl& norm, const Tensor& x, const Tensor& w, const Tensor& b,
+               double eps);
+// The declared MLP activation module (GeLU, SwiGLU) on fc1's output, in its scope.
+Tensor mlp_activation(const decl::ModuleDecl& act, const Tensor& h);
 
 // The dropout of `site` for a tensor that is the slice at `offset` of a `global` tensor (empty
 // offset and shape: the tensor is whole). Scope `scope`.

@@ -31,6 +31,38 @@ ParallelMode parse_mode(const std::string& name) {
                     {"mode"});
 }
 
+const char* norm_name(Norm norm) {
+  return norm == Norm::rmsnorm ? "rmsnorm" : "layernorm";
+}
+
+const char* mlp_name(Mlp mlp) {
+  return mlp == Mlp::swiglu ? "swiglu" : "gelu";
+}
+
+Norm parse_norm(const std::string& name) {
+  for (Norm n : {Norm::layernorm, Norm::rmsnorm}) {
+    if (name == norm_name(n)) return n;
+  }
+  throw ConfigError("norm \"" + name + "\" is not a norm: expected layernorm or rmsnorm", {"norm"});
+}
+
+Mlp parse_mlp(const std::string& name) {
+  for (Mlp m : {Mlp::gelu, Mlp::swiglu}) {
+    if (name == mlp_name(m)) return m;
+  }
+  throw ConfigError("mlp \"" + name + "\" is not an MLP: expected gelu or swiglu", {"mlp"});
+}
+
+std::string LayerConfig::shape_text() const {
+  std::string text = "s=" + std::to_string(seq) + " b=" + std::to_string(batch) +
+                     " h=" + std::to_string(hidden) + " a=" + std::to_string(heads);
+  if (ffn_width() != 4 * hidden) text += " f=" + std::to_string(ffn_width());
+  if (norm != Norm::layernorm) text += std::string(", ") + norm_name(norm);
+  if (mlp != Mlp::gelu) text += std::string(", ") + mlp_name(mlp);
+  if (!bias) text += ", no biases";
+  return text;
+}
+
 void require_positive(const char* field, std::int64_t value) {
   if (value <= 0) {
     throw ConfigError(
@@ -45,6 +77,10 @@ void LayerConfig::validate() const {
   require_positive("hidden", hidden);
   require_positive("heads", heads);
   require_positive("degree", degree);
+  if (ffn < 0) {
+    throw ConfigError("ffn must be a positive integer (or 0 for 4h), given " + std::to_string(ffn),
+                      {"ffn"});
+  }
   if (hidden % heads != 0) {
     throw ConfigError("hidden " + std::to_string(hidden) + " must be divisible by heads " +
                           std::to_string(heads) + " (each head gets hidden/heads features)",
@@ -66,22 +102,24 @@ void LayerConfig::validate() const {
         "layer must be in [0, 2^23) (it keys the dropout streams), given " + std::to_string(layer),
         {"layer"});
   }
-  // The largest tensors are the scores [b, a, s, s] and the MLP activation [s, b, 4h].
+  // The largest tensors are the scores [b, a, s, s] and the MLP's fc1 output [s, b, f] (SwiGLU:
+  // [s, b, 2f]).
   const double scores = static_cast<double>(batch) * static_cast<double>(heads) *
                         static_cast<double>(seq) * static_cast<double>(seq);
-  const double mlp =
-      4.0 * static_cast<double>(seq) * static_cast<double>(batch) * static_cast<double>(hidden);
+  const double fc1_out = (this->mlp == Mlp::swiglu ? 2.0 : 1.0) * static_cast<double>(ffn_width()) *
+                         static_cast<double>(seq) * static_cast<double>(batch);
   constexpr double kMaxElements = 1e12;  // 4 TB in f32: far past any machine this runs on
-  if (scores > kMaxElements || mlp > kMaxElements) {
+  if (scores > kMaxElements || fc1_out > kMaxElements) {
     char count[32];
-    std::snprintf(count, sizeof count, "%.3g", std::max(scores, mlp));
+    std::snprintf(count, sizeof count, "%.3g", std::max(scores, fc1_out));
     throw ConfigError("seq " + std::to_string(seq) + ", batch " + std::to_string(batch) +
                           ", heads " + std::to_string(heads) + ", hidden " +
-                          std::to_string(hidden) + " need tensors of " + count +
+                          std::to_string(hidden) + ", ffn " + std::to_string(ffn_width()) +
+                          " need tensors of " + count +
                           " elements, more than the 1e12 this build accepts",
-                      {"seq", "batch", "heads", "hidden"});
+                      {"seq", "batch", "heads", "hidden", "ffn"});
   }
-  validate_planted_bug(planted_bug, mode, dropout, causal);
+  validate_planted_bug(planted_bug, *this);
   if (mode == ParallelMode::single && degree != 1) {
     throw ConfigError(
         "mode single runs on one rank: degree must be 1, given " + std::to_string(degree),

@@ -1,5 +1,5 @@
 // LayerConfig: the shape and settings of one Transformer layer, with the parallel mode it runs
-// in. validate() names the command-line flag of each rule it checks.
+// in. validate() throws ConfigError naming the fields of each rule it checks.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,19 @@
 namespace shardscope {
 
 enum class ParallelMode : std::uint8_t { single, tp, tp_sp, ulysses };
+
+// The layer's normalisation: LayerNorm (GPT: centred, a weight and a bias) or RMSNorm (Llama:
+// x / rms(x), a weight only).
+enum class Norm : std::uint8_t { layernorm, rmsnorm };
+// The MLP: fc1 (h -> f), GeLU, fc2 (f -> h) as GPT has it, or SwiGLU as Llama has it: fc1
+// (h -> 2f) makes the gate and up values interleaved in pairs, silu(gate) * up (f wide), fc2.
+enum class Mlp : std::uint8_t { gelu, swiglu };
+
+const char* norm_name(Norm norm);  // "layernorm", "rmsnorm"
+const char* mlp_name(Mlp mlp);     // "gelu", "swiglu"
+// Throw ConfigError (field "norm", "mlp") listing the accepted names.
+Norm parse_norm(const std::string& name);
+Mlp parse_mlp(const std::string& name);
 
 const char* mode_name(ParallelMode mode);  // "single", "tp", "tp-sp", "ulysses"
 // Throws ConfigError (field "mode") listing the accepted names.
@@ -28,7 +41,11 @@ struct LayerConfig {
   std::uint64_t seed = 1;    // weights, inputs and dropout masks derive from it
   int layer = 0;             // the layer index (dropout streams, traces)
   bool causal = true;
-  double layernorm_eps = 1e-5;
+  double layernorm_eps = 1e-5;  // the eps of either norm
+  Norm norm = Norm::layernorm;
+  Mlp mlp = Mlp::gelu;
+  std::int64_t ffn = 0;  // f, the MLP's inner width; 0: 4h
+  bool bias = true;      // the linears' biases (a norm's bias comes with LayerNorm)
   // LayerNorm weights 1 and biases 0 (the usual start, PyTorch's), or, when set, weights
   // 1 + Normal(0, 0.1) and biases Normal(0, 0.1): a mistake in a LayerNorm's scale or shift (a
   // gradient never reduced, a parameter sliced wrong) then shows in the output too.
@@ -40,8 +57,12 @@ struct LayerConfig {
   // reference check catch it. The single-device reference never plants one.
   PlantedBug planted_bug = PlantedBug::none;
 
+  // "s=16 b=2 h=32 a=4", then what differs from GPT's layer: " f=96, rmsnorm, swiglu, no biases".
+  std::string shape_text() const;
+
   std::int64_t head_dim() const { return hidden / heads; }
-  // Throws ArgumentError naming the flag and the rule (zero sizes, hidden % heads, dropout range).
+  std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }  // f
+  // Throws ConfigError naming the fields and the rule (zero sizes, hidden % heads, dropout range).
   void validate() const;
 };
 

@@ -1,6 +1,12 @@
 // The declaration of the layer: the one table of its modules, parameters and saved activations.
 #include "parallel/layers/layer_decl.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "autograd/errors.h"
 
 namespace shardscope::decl {
@@ -8,37 +14,70 @@ namespace {
 
 using When = SavedDecl::When;
 
-// The parameters of a LayerNorm, a column-parallel and a row-parallel linear.
-std::vector<ParamDecl> norm_params(const char* weight_symbol, const char* bias_symbol) {
-  return {{"weight", weight_symbol, Width::none, Width::hidden, Init::one, TpSplit::none},
-          {"bias", bias_symbol, Width::none, Width::hidden, Init::zero, TpSplit::none}};
+// The parameters of a norm, a column-parallel and a row-parallel linear; `bias`: the linears
+// have biases (LayerConfig::bias).
+std::vector<ParamDecl> norm_params(const LayerConfig& c, const char* weight_symbol,
+                                   const char* bias_symbol) {
+  std::vector<ParamDecl> p{
+      {"weight", weight_symbol, Width::none, Width::hidden, Init::one, TpSplit::none}};
+  if (c.norm == Norm::layernorm) {
+    p.push_back({"bias", bias_symbol, Width::none, Width::hidden, Init::zero, TpSplit::none});
+  }
+  return p;
 }
-std::vector<ParamDecl> column_params(const char* w, const char* b, Width in, Width out) {
-  return {{"weight", w, in, out, Init::normal, TpSplit::columns},
-          {"bias", b, Width::none, out, Init::normal, TpSplit::columns}};
+std::vector<ParamDecl> column_params(const LayerConfig& c, const char* w, const char* b, Width in,
+                                     Width out) {
+  std::vector<ParamDecl> p{{"weight", w, in, out, Init::normal, TpSplit::columns}};
+  if (c.bias) p.push_back({"bias", b, Width::none, out, Init::normal, TpSplit::columns});
+  return p;
 }
-std::vector<ParamDecl> row_params(const char* w, const char* b, Width in, Width out) {
+std::vector<ParamDecl> row_params(const LayerConfig& c, const char* w, const char* b, Width in,
+                                  Width out) {
   // The bias is added once, after the partial sums are reduced: replicated.
-  return {{"weight", w, in, out, Init::normal, TpSplit::rows},
-          {"bias", b, Width::none, out, Init::normal, TpSplit::none}};
+  std::vector<ParamDecl> p{{"weight", w, in, out, Init::normal, TpSplit::rows}};
+  if (c.bias) p.push_back({"bias", b, Width::none, out, Init::normal, TpSplit::none});
+  return p;
 }
 
-// Saved-activation terms: A sbh-sized and M (mask) terms.
-SavedDecl act(const char* what, const char* op, double a_sbh, SavedSplit split) {
-  return {what, op, a_sbh, 0, 0, 0, split, When::always};
+// Saved-activation terms: A sbw-sized ones.
+SavedDecl act(const char* what, const char* op, double a_sbh, SavedSplit split,
+              Width width = Width::hidden) {
+  return {what, op, a_sbh, 0, 0, 0, split, When::always, width};
 }
 
-std::vector<ModuleDecl> declare() {
+// A norm module: LayerNorm or RMSNorm, saving its input and its per-row statistics.
+ModuleDecl norm(const LayerConfig& c, const char* scope, const char* ln_what, const char* rms_what,
+                const char* weight, const char* bias) {
+  const bool ln = c.norm == Norm::layernorm;
+  return {scope,
+          ln ? Kind::layernorm : Kind::rmsnorm,
+          norm_params(c, weight, bias),
+          {act(ln ? ln_what : rms_what, ln ? "layernorm" : "rmsnorm", 1, SavedSplit::block)},
+          -1,
+          ln ? 2 : 1};
+}
+
+// The MLP's activation: GeLU of fc1's f columns, or SwiGLU of its 2f gate and up columns.
+ModuleDecl mlp_activation(const LayerConfig& c) {
+  if (c.mlp == Mlp::swiglu) {
+    return {"mlp.swiglu",
+            Kind::swiglu,
+            {},
+            {act("SwiGLU input (gate and up)", "swiglu", 1, SavedSplit::columns, Width::gate_up)}};
+  }
+  return {
+      "mlp.gelu", Kind::gelu, {}, {act("GeLU input", "gelu", 1, SavedSplit::columns, Width::ffn)}};
+}
+
+std::vector<ModuleDecl> declare(const LayerConfig& c) {
   // Scopes name where each module's ops run; their order is the forward's. Ops of no module
   // (there are none inside the layer) would run in the layer's own scope.
+  const Width fc1_out = c.mlp == Mlp::swiglu ? Width::gate_up : Width::ffn;
   return {
-      {"ln1",
-       Kind::layernorm,
-       norm_params("ln1 weight", "ln1 bias"),
-       {act("LayerNorm 1 input", "layernorm", 1, SavedSplit::block)}},
+      norm(c, "ln1", "LayerNorm 1 input", "RMSNorm 1 input", "ln1 weight", "ln1 bias"),
       {"attn.qkv",
        Kind::column_linear,
-       column_params("W_qkv", "b_qkv", Width::hidden, Width::qkv),
+       column_params(c, "W_qkv", "b_qkv", Width::hidden, Width::qkv),
        {act("QKV linear input", "", 1, SavedSplit::input)}},
       {"attn.heads", Kind::heads, {}, {}},
       {"attn.scores", Kind::scores, {}, {act("QK^T: Q and K", "matmul", 2, SavedSplit::heads)}},
@@ -60,7 +99,7 @@ std::vector<ModuleDecl> declare() {
          When::without_dropout}}},
       {"attn.proj",
        Kind::row_linear,
-       row_params("W_proj", "b_proj", Width::hidden, Width::hidden),
+       row_params(c, "W_proj", "b_proj", Width::hidden, Width::hidden),
        {act("output linear input", "matmul", 1, SavedSplit::heads)}},
       {"attn.out_dropout",
        Kind::dropout,
@@ -69,19 +108,16 @@ std::vector<ModuleDecl> declare() {
          When::with_dropout}},
        1},
       {"residual1", Kind::residual, {}, {}},
-      {"ln2",
-       Kind::layernorm,
-       norm_params("ln2 weight", "ln2 bias"),
-       {act("LayerNorm 2 input", "layernorm", 1, SavedSplit::block)}},
+      norm(c, "ln2", "LayerNorm 2 input", "RMSNorm 2 input", "ln2 weight", "ln2 bias"),
       {"mlp.fc1",
        Kind::column_linear,
-       column_params("W_fc1", "b_fc1", Width::hidden, Width::ffn),
+       column_params(c, "W_fc1", "b_fc1", Width::hidden, fc1_out),
        {act("fc1 input", "", 1, SavedSplit::input)}},
-      {"mlp.gelu", Kind::gelu, {}, {act("GeLU input", "gelu", 4, SavedSplit::columns)}},
+      mlp_activation(c),
       {"mlp.fc2",
        Kind::row_linear,
-       row_params("W_fc2", "b_fc2", Width::ffn, Width::hidden),
-       {act("fc2 input", "matmul", 4, SavedSplit::columns)}},
+       row_params(c, "W_fc2", "b_fc2", Width::ffn, Width::hidden),
+       {act("fc2 input", "matmul", 1, SavedSplit::columns, Width::ffn)}},
       {"mlp.dropout",
        Kind::dropout,
        {},
@@ -89,6 +125,33 @@ std::vector<ModuleDecl> declare() {
        2},
       {"residual2", Kind::residual, {}, {}},
   };
+}
+
+const ModuleDecl& find_module(const std::vector<ModuleDecl>& modules, const std::string& scope);
+
+// The roles, by scope: the MLP's activation is whichever of GeLU and SwiGLU was declared.
+Modules roles_of(const std::vector<ModuleDecl>& d) {
+  auto m = [&](const char* scope) -> const ModuleDecl& { return find_module(d, scope); };
+  const auto act = std::find_if(d.begin(), d.end(), [](const ModuleDecl& x) {
+    return x.kind == Kind::gelu || x.kind == Kind::swiglu;
+  });
+  if (act == d.end()) throw StateError("layer declaration: no MLP activation (GeLU or SwiGLU)");
+  return {m("ln1"),
+          m("attn.qkv"),
+          m("attn.heads"),
+          m("attn.scores"),
+          m("attn.softmax"),
+          m("attn.dropout"),
+          m("attn.context"),
+          m("attn.proj"),
+          m("attn.out_dropout"),
+          m("residual1"),
+          m("ln2"),
+          m("mlp.fc1"),
+          *act,
+          m("mlp.fc2"),
+          m("mlp.dropout"),
+          m("residual2")};
 }
 
 const ParamDecl* find_param(const ModuleDecl& m, const char* name) {
@@ -105,10 +168,14 @@ std::string joined(const std::vector<std::string>& names) {
   return out.empty() ? "none" : out;
 }
 
-std::string declared_scopes() {
+const ModuleDecl& find_module(const std::vector<ModuleDecl>& modules, const std::string& scope) {
+  for (const ModuleDecl& m : modules) {
+    if (scope == m.scope) return m;
+  }
   std::vector<std::string> scopes;
-  for (const ModuleDecl& m : modules()) scopes.emplace_back(m.scope);
-  return joined(scopes);
+  for (const ModuleDecl& m : modules) scopes.emplace_back(m.scope);
+  throw ArgumentError("layer declaration: no module \"" + scope +
+                      "\" (declared: " + joined(scopes) + ")");
 }
 
 std::string full_name(const ModuleDecl& m, const ParamDecl& p) {
@@ -126,12 +193,20 @@ std::int64_t width(Width w, const LayerConfig& c) {
     case Width::qkv:
       return 3 * c.hidden;
     case Width::ffn:
-      return 4 * c.hidden;
+      return c.ffn_width();
+    case Width::gate_up:
+      return 2 * c.ffn_width();
   }
   return 0;
 }
 
-const char* width_name(Width w) {
+std::string width_name(Width w, const LayerConfig& c) {
+  // k h when the width is a whole multiple of h, else in f.
+  auto in_h = [&](std::int64_t k_f, const char* in_f) {
+    const std::int64_t v = k_f * c.ffn_width();
+    if (c.hidden > 0 && v % c.hidden == 0) return std::to_string(v / c.hidden) + "h";
+    return std::string(in_f);
+  };
   switch (w) {
     case Width::none:
       return "";
@@ -140,33 +215,49 @@ const char* width_name(Width w) {
     case Width::qkv:
       return "3h";
     case Width::ffn:
-      return "4h";
+      return in_h(1, "f");
+    case Width::gate_up:
+      return in_h(2, "2f");
   }
   return "?";
 }
 
-const std::vector<ModuleDecl>& modules() {
-  static const std::vector<ModuleDecl> declared = declare();
-  return declared;
+bool is_norm(Kind kind) {
+  return kind == Kind::layernorm || kind == Kind::rmsnorm;
 }
 
-const ModuleDecl& module(const std::string& scope) {
-  for (const ModuleDecl& m : modules()) {
-    if (scope == m.scope) return m;
-  }
-  throw ArgumentError("layer declaration: no module \"" + scope +
-                      "\" (declared: " + declared_scopes() + ")");
+LayerDecl::LayerDecl(std::vector<ModuleDecl> declared)
+    : modules(std::move(declared)), roles(roles_of(modules)) {}
+
+const LayerDecl& declaration(const LayerConfig& c) {
+  // One declaration per choice of the fields that shape it; ranks (threads) share them.
+  static std::mutex mutex;
+  static std::map<std::tuple<Norm, Mlp, bool>, std::unique_ptr<LayerDecl>> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias}];
+  if (!d) d = std::make_unique<LayerDecl>(declare(c));
+  return *d;
 }
 
-const Modules& layer() {
-  static const Modules roles{
-      module("ln1"),          module("attn.qkv"),     module("attn.heads"),
-      module("attn.scores"),  module("attn.softmax"), module("attn.dropout"),
-      module("attn.context"), module("attn.proj"),    module("attn.out_dropout"),
-      module("residual1"),    module("ln2"),          module("mlp.fc1"),
-      module("mlp.gelu"),     module("mlp.fc2"),      module("mlp.dropout"),
-      module("residual2")};
-  return roles;
+const ModuleDecl& module(const LayerConfig& c, const std::string& scope) {
+  return find_module(modules(c), scope);
+}
+
+const std::vector<std::string>& known_scopes() {
+  static const std::vector<std::string> scopes = [] {
+    std::vector<std::string> out;
+    for (const Mlp mlp : {Mlp::gelu, Mlp::swiglu}) {
+      LayerConfig c;
+      c.mlp = mlp;
+      for (const ModuleDecl& m : modules(c)) {
+        if (std::find(out.begin(), out.end(), m.scope) == out.end()) out.emplace_back(m.scope);
+      }
+    }
+    out.emplace_back(kLossScope);
+    out.emplace_back(kGradReduceScope);
+    return out;
+  }();
+  return scopes;
 }
 
 std::string param_name(const ModuleDecl& m, const char* name) {
@@ -186,10 +277,13 @@ std::string weight(const ModuleDecl& m) {
 std::string bias(const ModuleDecl& m) {
   return param_name(m, "bias");
 }
+bool has_bias(const ModuleDecl& m) {
+  return find_param(m, "bias") != nullptr;
+}
 
 std::vector<Param> parameters(const LayerConfig& c) {
   std::vector<Param> out;
-  for (const ModuleDecl& m : modules()) {
+  for (const ModuleDecl& m : modules(c)) {
     for (const ParamDecl& p : m.params) {
       Param r;
       r.name = full_name(m, p);
@@ -197,10 +291,10 @@ std::vector<Param> parameters(const LayerConfig& c) {
       r.decl = &p;
       if (p.in == Width::none) {
         r.shape = Shape{width(p.out, c)};
-        r.dims = {width_name(p.out)};
+        r.dims = {width_name(p.out, c)};
       } else {
         r.shape = Shape{width(p.in, c), width(p.out, c)};
-        r.dims = {width_name(p.in), width_name(p.out)};
+        r.dims = {width_name(p.in, c), width_name(p.out, c)};
       }
       out.push_back(std::move(r));
     }
@@ -218,9 +312,9 @@ Param parameter(const LayerConfig& c, const std::string& name) {
                       "\" (declared: " + joined(declared) + ")");
 }
 
-int count(Kind kind) {
+int count(const LayerConfig& c, Kind kind) {
   int n = 0;
-  for (const ModuleDecl& m : modules()) n += m.kind == kind;
+  for (const ModuleDecl& m : modules(c)) n += m.kind == kind;
   return n;
 }
 

@@ -21,23 +21,25 @@ namespace shardscope::decl {
 
 // A width of the layer, resolved against a configuration (width()).
 enum class Width : std::uint8_t {
-  none,    // a vector parameter has no input width
-  hidden,  // h
-  qkv,     // the fused query, key and value columns: 3h
-  ffn,     // the MLP's inner width: 4h
+  none,     // a vector parameter has no input width
+  hidden,   // h
+  qkv,      // the fused query, key and value columns: 3h
+  ffn,      // the MLP's inner width f (LayerConfig::ffn_width(), 4h unless set)
+  gate_up,  // SwiGLU's fc1 output: the gate and up values, 2f
 };
 std::int64_t width(Width w, const LayerConfig& c);
-const char* width_name(Width w);  // "h", "3h", "4h"
+// "h", "3h"; f as a multiple of h where it is one ("4h", SwiGLU's "8h"), else "f", "2f".
+std::string width_name(Width w, const LayerConfig& c);
 
 enum class Init : std::uint8_t {
   normal,  // Normal(0, 0.02), the GPT-2 / Megatron start of linear weights and biases
-  one,     // LayerNorm weight
-  zero,    // LayerNorm bias
+  one,     // a norm's weight
+  zero,    // LayerNorm's bias
 };
 
 // How Megatron's tensor parallelism (tp, tp-sp) splits a parameter; the other modes replicate all.
 enum class TpSplit : std::uint8_t {
-  none,     // replicated (LayerNorms, the bias added after a row-parallel reduction)
+  none,     // replicated (the norms, the bias added after a row-parallel reduction)
   columns,  // a column-parallel linear's output dim: weight Shard(1), bias Shard(0)
   rows,     // a row-parallel linear's input dim: weight Shard(0)
 };
@@ -54,6 +56,7 @@ struct ParamDecl {
 // What a module computes; the single-device and parallel layers run each kind their own way.
 enum class Kind : std::uint8_t {
   layernorm,
+  rmsnorm,
   column_linear,  // tp: Shard(2) output from a replicated (tp-sp: gathered) input
   row_linear,     // tp: Shard(2) input, a Partial sum reduced (tp-sp: reduce-scattered)
   scores,         // q k^T / sqrt(d)
@@ -62,8 +65,10 @@ enum class Kind : std::uint8_t {
   context,  // probs x v, the heads merged back to [s, b, h]
   heads,    // the fused qkv split into per-head q, k, v (Ulysses: an all-to-all each)
   gelu,
+  swiglu,  // silu(gate) * up of fc1's interleaved gate and up columns
   residual,
 };
+bool is_norm(Kind kind);  // layernorm or rmsnorm
 
 // How a saved activation is split across t ranks in each mode (models/memory_model.cpp):
 enum class SavedSplit : std::uint8_t {
@@ -74,8 +79,9 @@ enum class SavedSplit : std::uint8_t {
   columns  // the MLP's inner activations: 4h/t columns under tp, s/t rows under Ulysses
 };
 
-// One term of the activation model: bytes = (a_sbh * A + m_sbh * M) sbh + (a_as2b * A + m_as2b * M)
-// as^2b, split by `split`, where A is the activation dtype's size and M = 1 (a byte mask).
+// One term of the activation model: bytes = (a_sbh * A + m_sbh * M) sbw + (a_as2b * A + m_as2b * M)
+// as^2b, split by `split`, where A is the activation dtype's size, M = 1 (a byte mask) and w the
+// term's width (h, or the MLP's f or 2f).
 struct SavedDecl {
   const char* what;  // "LayerNorm 1 input"
   const char* op;    // the op that saves it, as the memory ledger names it ("layernorm"); empty:
@@ -83,6 +89,7 @@ struct SavedDecl {
   double a_sbh, m_sbh, a_as2b, m_as2b;
   SavedSplit split;
   enum class When : std::uint8_t { always, with_dropout, without_dropout } when = When::always;
+  Width width = Width::hidden;  // w of the sbw part
   // Whether the term is saved by a layer with (dropout) or without dropout.
   bool applies(bool dropout) const;
 };
@@ -93,17 +100,37 @@ struct ModuleDecl {
   std::vector<ParamDecl> params;
   std::vector<SavedDecl> saved;
   int dropout_site = -1;  // Kind::dropout: the Philox stream of its mask (DropoutSite)
+  // A norm's statistics per normalised row, kept for backward beside the formula's terms
+  // (LayerNorm: mean and rstd; RMSNorm: rstd).
+  int row_statistics = 0;
 };
 
-// The layer's modules in forward order.
-const std::vector<ModuleDecl>& modules();
-
-// The declared modules by role, for the code that runs them: each refers into modules().
+// The declared modules by role, for the code that runs them: each refers into the declaration's
+// modules. `act` is the MLP's activation: GeLU, or SwiGLU.
 struct Modules {
   const ModuleDecl &ln1, &qkv, &heads, &scores, &softmax, &attn_dropout, &context, &proj,
-      &out_dropout, &residual1, &ln2, &fc1, &gelu, &fc2, &mlp_dropout, &residual2;
+      &out_dropout, &residual1, &ln2, &fc1, &act, &fc2, &mlp_dropout, &residual2;
 };
-const Modules& layer();
+
+// The declaration of one layer's structure: what the configuration's norm, mlp and bias fields
+// choose. Shapes are resolved against a whole configuration (parameters()).
+struct LayerDecl {
+  explicit LayerDecl(std::vector<ModuleDecl> declared);
+  LayerDecl(const LayerDecl&) = delete;
+  LayerDecl& operator=(const LayerDecl&) = delete;
+
+  std::vector<ModuleDecl> modules;  // in forward order
+  Modules roles;
+};
+
+// The declaration for `c` (made once per choice of norm, mlp and bias; thread-safe).
+const LayerDecl& declaration(const LayerConfig& c);
+inline const std::vector<ModuleDecl>& modules(const LayerConfig& c) {
+  return declaration(c).modules;
+}
+inline const Modules& layer(const LayerConfig& c) {
+  return declaration(c).roles;
+}
 
 // Scopes of a run around the layer's modules: the loss, and the all-reduces that complete the
 // partial gradients of replicated parameters.
@@ -115,8 +142,12 @@ inline constexpr const char* kGradReduceScope = "grad_reduce";
 std::string param_name(const ModuleDecl& m, const char* name);
 std::string weight(const ModuleDecl& m);  // param_name(m, "weight")
 std::string bias(const ModuleDecl& m);    // param_name(m, "bias")
+bool has_bias(const ModuleDecl& m);       // without biases (LayerConfig::bias) linears have none
 // The module of `scope`; throws ArgumentError naming the declared scopes when there is none.
-const ModuleDecl& module(const std::string& scope);
+const ModuleDecl& module(const LayerConfig& c, const std::string& scope);
+// The scopes a layer of any configuration can run ops in, in forward order (every module of
+// every choice of norm and mlp), then the run's loss and gradient-reduction scopes.
+const std::vector<std::string>& known_scopes();
 
 // A parameter of the layer, resolved against a configuration.
 struct Param {
@@ -130,8 +161,8 @@ struct Param {
 std::vector<Param> parameters(const LayerConfig& c);
 // The parameter named `name` ("attn.qkv.weight"); throws ArgumentError naming the declared ones.
 Param parameter(const LayerConfig& c, const std::string& name);
-// How many modules of `kind` the layer declares (each LayerNorm keeps statistics, for instance).
-int count(Kind kind);
+// How many modules of `kind` the layer of `c` declares.
+int count(const LayerConfig& c, Kind kind);
 
 // Where a rank's shard of the parameter comes from in `mode`: tp and tp-sp split it as its
 // TpSplit says, every other mode replicates it.

@@ -58,6 +58,12 @@ void validate_parallel_config(const LayerConfig& c) {
   require(c.hidden % c.degree == 0,
           mode + ": hidden " + std::to_string(c.hidden) + " must be divisible by degree " + t,
           {"hidden", "degree"});
+  if (c.mode != ParallelMode::ulysses) {
+    require(c.ffn_width() % c.degree == 0,
+            mode + ": ffn " + std::to_string(c.ffn_width()) + " must be divisible by degree " + t +
+                " (fc1's columns and fc2's rows are split)",
+            {"ffn", "degree"});
+  }
   if (sequence_sharded(c.mode)) {
     require(c.seq % c.degree == 0,
             mode + ": seq " + std::to_string(c.seq) + " must be divisible by degree " + t +
@@ -90,7 +96,7 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
     p.placement = decl::placement(*declared.decl, config_.mode);
     p.partial_grad = decl::partial_grad(*declared.decl, config_.mode);
     const bool block_split =
-        config_.planted_bug == PlantedBug::qkv_block_split && p.module == &decl::layer().qkv;
+        config_.planted_bug == PlantedBug::qkv_block_split && p.module == &decl::layer(config_).qkv;
     const Tensor slice = block_split
                              ? qkv_block_slice(tensor, group.rank(), group.size())
                              : slice_of_full(tensor, p.placement, group.rank(), group.size());
@@ -108,6 +114,16 @@ const Tensor& ParallelTransformerLayer::param(const std::string& name) const {
     if (p.name == name) return p.local;
   }
   throw ArgumentError("ParallelTransformerLayer: no parameter " + name);
+}
+
+Tensor ParallelTransformerLayer::bias(const decl::ModuleDecl& module) const {
+  return decl::has_bias(module) ? param(decl::bias(module)) : Tensor();
+}
+
+Tensor ParallelTransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x) const {
+  const Tensor y = matmul(x, param(decl::weight(module)));
+  const Tensor b = bias(module);
+  return b.defined() ? add(y, b) : y;
 }
 
 ParallelTensor ParallelTransformerLayer::dropout_block(const decl::ModuleDecl& dropout,
@@ -131,38 +147,36 @@ ParallelTensor ParallelTransformerLayer::dropout_block(const decl::ModuleDecl& d
 ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) const {
   if (config_.mode == ParallelMode::ulysses) return attention_ulysses(x);
   Context& ctx = x.local.ctx();
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   const std::int64_t heads = config_.heads / group_.size();
   ParallelTensor qkv;
   {
     ScopeGuard s(ctx, m.qkv.scope);
-    qkv = column_parallel_linear(group_, x, param(decl::weight(m.qkv)), param(decl::bias(m.qkv)),
-                                 linear_);
+    qkv = column_parallel_linear(group_, x, param(decl::weight(m.qkv)), bias(m.qkv), linear_);
   }
-  const HeadTensors h = split_heads(qkv.local, heads, config_.head_dim());
-  Tensor context = merge_heads(attention_core(config_, h, group_.rank() * heads));
+  const HeadTensors h = split_heads(config_, qkv.local, heads);
+  Tensor context = merge_heads(config_, attention_core(config_, h, group_.rank() * heads));
   const Shape full{config_.seq, config_.batch, config_.hidden};
   ParallelTensor out;
   {
     ScopeGuard s(ctx, m.proj.scope);
     out = row_parallel_linear(
         group_, ParallelTensor::make(context, Placement::shard(2), full, group_.size()),
-        param(decl::weight(m.proj)), param(decl::bias(m.proj)), linear_);
+        param(decl::weight(m.proj)), bias(m.proj), linear_);
   }
   return dropout_block(m.out_dropout, out);
 }
 
 ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor& x) const {
   Context& ctx = x.local.ctx();
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   const int t = group_.size();
   const std::int64_t s = x.local.dim(0), b = config_.batch, a = config_.heads;
   const std::int64_t d = config_.head_dim();
   Tensor qkv;
   {
     ScopeGuard q(ctx, m.qkv.scope);
-    qkv =
-        add(matmul(x.local, param(decl::weight(m.qkv))), param(decl::bias(m.qkv)));  // [s/t, b, 3h]
+    qkv = linear(m.qkv, x.local);  // [s/t, b, 3h]
   }
   HeadTensors heads;
   {
@@ -190,44 +204,36 @@ ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor&
   Tensor out;
   {
     ScopeGuard p(ctx, m.proj.scope);
-    out = add(matmul(merged, param(decl::weight(m.proj))), param(decl::bias(m.proj)));
+    out = linear(m.proj, merged);
   }
   return dropout_block(m.out_dropout, {out, x.placement, x.global});
 }
 
 ParallelTensor ParallelTransformerLayer::mlp(const ParallelTensor& x) const {
   Context& ctx = x.local.ctx();
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   if (config_.mode == ParallelMode::ulysses) {
     Tensor h;
     {
       ScopeGuard s(ctx, m.fc1.scope);
-      h = add(matmul(x.local, param(decl::weight(m.fc1))), param(decl::bias(m.fc1)));
+      h = linear(m.fc1, x.local);
     }
-    {
-      ScopeGuard s(ctx, m.gelu.scope);
-      h = gelu(h);
-    }
+    h = mlp_activation(m.act, h);
     {
       ScopeGuard s(ctx, m.fc2.scope);
-      h = add(matmul(h, param(decl::weight(m.fc2))), param(decl::bias(m.fc2)));
+      h = linear(m.fc2, h);
     }
     return dropout_block(m.mlp_dropout, {h, x.placement, x.global});
   }
   ParallelTensor h;
   {
     ScopeGuard s(ctx, m.fc1.scope);
-    h = column_parallel_linear(group_, x, param(decl::weight(m.fc1)), param(decl::bias(m.fc1)),
-                               linear_);
+    h = column_parallel_linear(group_, x, param(decl::weight(m.fc1)), bias(m.fc1), linear_);
   }
-  {
-    ScopeGuard s(ctx, m.gelu.scope);
-    h.local = gelu(h.local);
-  }
+  h.local = mlp_activation(m.act, h.local);
   {
     ScopeGuard s(ctx, m.fc2.scope);
-    h = row_parallel_linear(group_, h, param(decl::weight(m.fc2)), param(decl::bias(m.fc2)),
-                            linear_);
+    h = row_parallel_linear(group_, h, param(decl::weight(m.fc2)), bias(m.fc2), linear_);
   }
   return dropout_block(m.mlp_dropout, h);
 }
@@ -235,9 +241,9 @@ ParallelTensor ParallelTransformerLayer::mlp(const ParallelTensor& x) const {
 Tensor ParallelTransformerLayer::layer_norm(const ParallelTensor& x,
                                             const decl::ModuleDecl& norm) const {
   const Tensor& gamma = param(decl::weight(norm));
-  const Tensor& beta = param(decl::bias(norm));
+  const Tensor beta = bias(norm);
   if (config_.planted_bug != PlantedBug::layernorm_local_shard) {
-    return layernorm(x.local, gamma, beta, config_.layernorm_eps);
+    return norm_op(norm, x.local, gamma, beta, config_.layernorm_eps);
   }
   // PLANTED BUG layernorm-local-shard: the LayerNorm split over the hidden dim like the linears
   // around it, each rank normalising its h/t columns with their own mean and variance
@@ -261,7 +267,7 @@ ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const 
   }
   expect_placement(ctx.where("transformer_layer"), x, activation_placement());
   LayerGuard layer(ctx, config_.layer);
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   ParallelTensor ln1{Tensor(), x.placement, x.global};
   {
     ScopeGuard s(ctx, m.ln1.scope);
@@ -296,13 +302,12 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
     if (!p.partial_grad || !p.local.grad().defined()) continue;
     // PLANTED BUG sp-layernorm-grad-not-reduced: the LayerNorms taken for replicated weights
     // whose gradients need no reduction; each rank keeps the sum over its own positions only.
-    if (bug == PlantedBug::sp_layernorm_grad_not_reduced &&
-        p.module->kind == decl::Kind::layernorm) {
+    if (bug == PlantedBug::sp_layernorm_grad_not_reduced && decl::is_norm(p.module->kind)) {
       continue;
     }
     // PLANTED BUG row-bias-grad-not-reduced: the same for the row-parallel linears' biases.
     if (bug == PlantedBug::row_bias_grad_not_reduced && p.module->kind == decl::Kind::row_linear &&
-        p.name == decl::bias(*p.module)) {
+        decl::has_bias(*p.module) && p.name == decl::bias(*p.module)) {
       continue;
     }
     Tensor g = p.local.grad();

@@ -54,10 +54,13 @@ class ParallelTransformerLayer {
 
  private:
   const Tensor& param(const std::string& name) const;
+  Tensor bias(const decl::ModuleDecl& module) const;  // undefined when the module has none
+  // x W + b of a module whose weights are whole on this rank (Ulysses).
+  Tensor linear(const decl::ModuleDecl& module, const Tensor& x) const;
   ParallelTensor attention(const ParallelTensor& x) const;
   ParallelTensor attention_ulysses(const ParallelTensor& x) const;
   ParallelTensor mlp(const ParallelTensor& x) const;
-  // ln1 or ln2 on the activation x (where layernorm-local-shard is planted).
+  // The norm ln1 or ln2 on the activation x (where layernorm-local-shard is planted).
   Tensor layer_norm(const ParallelTensor& x, const decl::ModuleDecl& norm) const;
   ParallelTensor dropout_block(const decl::ModuleDecl& dropout, const ParallelTensor& x) const;
 

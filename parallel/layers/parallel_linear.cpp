@@ -72,7 +72,8 @@ ParallelTensor column_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
   } else {
     y = matmul(copy_to_tp(g, x, options.planted_bug).local, weight_shard);
   }
-  return ParallelTensor::make(add(y, bias_shard), out, global, g.size());
+  if (bias_shard.defined()) y = add(y, bias_shard);
+  return ParallelTensor::make(y, out, global, g.size());
 }
 
 ParallelTensor row_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
@@ -91,7 +92,7 @@ ParallelTensor row_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
       ParallelTensor::make(partial_sum, Placement::partial(), global, g.size());
   const ParallelTensor reduced =
       options.sequence_parallel ? reduce_scatter_seq(g, partial) : reduce_from_tp(g, partial);
-  if (bias_on_every_rank) return reduced;
+  if (bias_on_every_rank || !bias.defined()) return reduced;
   return ParallelTensor{add(reduced.local, bias), reduced.placement, reduced.global};
 }
 

@@ -23,6 +23,7 @@ struct ParallelLinearOptions {
   PlantedBug planted_bug = PlantedBug::none;
 };
 
+// An undefined bias: a linear without one (LayerConfig::bias off).
 ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
                                       const Tensor& weight_shard, const Tensor& bias_shard,
                                       const ParallelLinearOptions& options);

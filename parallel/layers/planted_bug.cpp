@@ -148,8 +148,10 @@ std::vector<std::string> diverging_tensors(PlantedBug bug) {
   return names;
 }
 
-void validate_planted_bug(PlantedBug bug, ParallelMode mode, double dropout, bool causal) {
+void validate_planted_bug(PlantedBug bug, const LayerConfig& config) {
   if (bug == PlantedBug::none) return;
+  const ParallelMode mode = config.mode;
+  const double dropout = config.dropout;
   const PlantedBugInfo& info = planted_bug_info(bug);
   if (!planted_bug_applies(bug, mode)) {
     throw ArgumentError(std::string("planted_bug ") + info.name + " is a mistake of mode " +
@@ -160,8 +162,18 @@ void validate_planted_bug(PlantedBug bug, ParallelMode mode, double dropout, boo
                         " changes the dropout masks: it needs dropout > 0, given " +
                         std::to_string(dropout));
   }
-  if (bug == PlantedBug::causal_mask_local_positions && !causal) {
+  if (bug == PlantedBug::causal_mask_local_positions && !config.causal) {
     throw ArgumentError(std::string("planted_bug ") + info.name + " needs causal attention");
+  }
+  const bool bias_bug =
+      bug == PlantedBug::row_bias_grad_not_reduced || bug == PlantedBug::row_bias_added_every_rank;
+  if (bias_bug && !config.bias) {
+    throw ArgumentError(std::string("planted_bug ") + info.name +
+                        " is a mistake with the row-parallel biases: it needs bias on");
+  }
+  if (bug == PlantedBug::layernorm_local_shard && config.norm != Norm::layernorm) {
+    throw ArgumentError(std::string("planted_bug ") + info.name + " needs norm layernorm, given " +
+                        norm_name(config.norm));
   }
 }
 
@@ -169,7 +181,7 @@ std::vector<PlantedBug> plantable_bugs(const LayerConfig& config) {
   std::vector<PlantedBug> bugs;
   for (const PlantedBugInfo& info : table()) {
     try {
-      validate_planted_bug(info.bug, config.mode, config.dropout, config.causal);
+      validate_planted_bug(info.bug, config);
       bugs.push_back(info.bug);
     } catch (const ArgumentError&) {
       // not plantable into this config: the table's own rule says why

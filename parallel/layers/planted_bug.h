@@ -62,9 +62,10 @@ bool planted_bug_applies(PlantedBug bug, ParallelMode mode);  // none applies ev
 ParallelMode first_mode(PlantedBug bug);                      // where the catalogue measures it
 std::string planted_bug_modes(PlantedBug bug);                // "tp or tp-sp"
 std::vector<std::string> diverging_tensors(PlantedBug bug);
-// Throws ArgumentError naming the field planted_bug when `bug` cannot be planted in `mode` (with
-// the modes it needs) or needs dropout > 0 or causal attention that the config lacks.
-void validate_planted_bug(PlantedBug bug, ParallelMode mode, double dropout, bool causal);
+// Throws ArgumentError naming the field planted_bug when `bug` cannot be planted in config.mode
+// (with the modes it needs) or needs what the layer lacks: dropout > 0, causal attention, the
+// linears' biases, LayerNorm.
+void validate_planted_bug(PlantedBug bug, const LayerConfig& config);
 
 // The bugs that can be planted into a run of `config` (its mode, dropout and causal setting, by
 // validate_planted_bug's rules), in catalogue order; empty for mode single.

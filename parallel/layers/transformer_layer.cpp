@@ -1,6 +1,7 @@
 // The single-device Transformer layer.
 #include "parallel/layers/transformer_layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/errors.h"
@@ -13,8 +14,11 @@ namespace shardscope {
 
 namespace {
 
-// LayerWeights' members in the order of the declared parameters (decl::parameters): the names,
-// shapes and initialisation come from the declaration; this only says which member holds each.
+// LayerWeights' members in the order of the parameters of the fullest declaration (LayerNorms
+// and biases: the default configuration's decl::parameters). A configuration declares these or a
+// part of them (RMSNorm has no bias; bias off drops the linears'); the members it does not
+// declare stay undefined. The names, shapes and initialisation come from the declaration; this
+// only says which member holds each.
 constexpr Tensor LayerWeights::*kMembers[] = {
     &LayerWeights::ln1_weight, &LayerWeights::ln1_bias,    &LayerWeights::qkv_weight,
     &LayerWeights::qkv_bias,   &LayerWeights::proj_weight, &LayerWeights::proj_bias,
@@ -23,20 +27,39 @@ constexpr Tensor LayerWeights::*kMembers[] = {
 };
 constexpr std::size_t kMemberCount = sizeof(kMembers) / sizeof(kMembers[0]);
 
-// The declared parameters with the member of each: the declaration's parameter names, in order.
+// The fullest declaration's parameter names: kMembers[i] holds the parameter named names[i].
+const std::vector<std::string>& member_names() {
+  static const std::vector<std::string> names = [] {
+    const std::vector<decl::Param> params = decl::parameters(LayerConfig());
+    if (params.size() != kMemberCount) {
+      throw StateError("LayerWeights has " + std::to_string(kMemberCount) +
+                       " members, the layer declaration " + std::to_string(params.size()) +
+                       " parameters");
+    }
+    std::vector<std::string> out;
+    for (const decl::Param& p : params) out.push_back(p.name);
+    return out;
+  }();
+  return names;
+}
+
+// The declared parameters of `c` with the member of each.
 struct Slot {
   decl::Param param;
   Tensor LayerWeights::*member;
+  std::uint64_t index;  // in the fullest declaration: keys the parameter's random stream
 };
 std::vector<Slot> slots(const LayerConfig& c) {
-  const std::vector<decl::Param> params = decl::parameters(c);
-  if (params.size() != kMemberCount) {
-    throw StateError("LayerWeights has " + std::to_string(kMemberCount) +
-                     " members, the layer declaration " + std::to_string(params.size()) +
-                     " parameters");
-  }
+  const std::vector<std::string>& names = member_names();
   std::vector<Slot> out;
-  for (std::size_t i = 0; i < params.size(); ++i) out.push_back({params[i], kMembers[i]});
+  for (decl::Param& p : decl::parameters(c)) {
+    const auto at = std::find(names.begin(), names.end(), p.name);
+    if (at == names.end()) {
+      throw StateError("LayerWeights has no member for the declared parameter " + p.name);
+    }
+    const auto i = static_cast<std::size_t>(at - names.begin());
+    out.push_back({std::move(p), kMembers[i], i});
+  }
   return out;
 }
 
@@ -44,7 +67,18 @@ std::vector<Slot> slots(const LayerConfig& c) {
 void check_weights(const LayerConfig& c, const LayerWeights& w) {
   const Context* ctx = nullptr;
   std::string first;
-  for (const Slot& slot : slots(c)) {
+  const std::vector<Slot> declared = slots(c);
+  for (std::size_t i = 0; i < kMemberCount; ++i) {  // none the configuration does not declare
+    const bool is_declared = std::any_of(declared.begin(), declared.end(),
+                                         [&](const Slot& slot) { return slot.index == i; });
+    if (!is_declared && (w.*kMembers[i]).defined()) {
+      throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) +
+                          "): " + member_names()[i] + " is given, but a layer of norm " +
+                          norm_name(c.norm) + ", bias " + (c.bias ? "on" : "off") +
+                          " has no such parameter");
+    }
+  }
+  for (const Slot& slot : declared) {
     const Tensor& t = w.*slot.member;
     const Shape& expected = slot.param.shape;
     if (!t.defined() || t.shape() != expected || t.dtype() != c.dtype) {
@@ -70,31 +104,22 @@ void check_weights(const LayerConfig& c, const LayerWeights& w) {
 std::vector<std::pair<std::string, Tensor>> LayerWeights::named() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (std::size_t i = 0; i < kMemberCount; ++i) {
-    out.emplace_back(parameter_names()[i], this->*kMembers[i]);
+    if ((this->*kMembers[i]).defined()) out.emplace_back(member_names()[i], this->*kMembers[i]);
   }
   return out;
 }
 
 std::vector<Tensor> LayerWeights::parameters() const {
   std::vector<Tensor> out;
-  for (Tensor LayerWeights::*member : kMembers) out.push_back(this->*member);
+  for (auto& [name, tensor] : named()) out.push_back(tensor);
   return out;
-}
-
-const std::vector<std::string>& LayerWeights::parameter_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;  // the names do not depend on the configuration's sizes
-    for (const Slot& slot : slots(LayerConfig())) out.push_back(slot.param.name);
-    return out;
-  }();
-  return names;
 }
 
 LayerWeights copy_weights(const LayerWeights& from, Context& ctx) {
   LayerWeights w;
   for (std::size_t i = 0; i < kMemberCount; ++i) {
-    w.*kMembers[i] =
-        Tensor::parameter((from.*kMembers[i]).copy_to(ctx), LayerWeights::parameter_names()[i]);
+    const Tensor& t = from.*kMembers[i];
+    if (t.defined()) w.*kMembers[i] = Tensor::parameter(t.copy_to(ctx), member_names()[i]);
   }
   return w;
 }
@@ -102,15 +127,15 @@ LayerWeights copy_weights(const LayerWeights& from, Context& ctx) {
 LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
   c.validate();
   LayerWeights w;
-  std::uint64_t index = kSeedWeights + 64 * static_cast<std::uint64_t>(c.layer);
+  const std::uint64_t first = kSeedWeights + 64 * static_cast<std::uint64_t>(c.layer);
   for (const Slot& slot : slots(c)) {
     const Shape& shape = slot.param.shape;
-    const std::uint64_t key = kernels::derive_seed(c.seed, index++);
+    const std::uint64_t key = kernels::derive_seed(c.seed, first + slot.index);
     const decl::Init init = slot.param.decl->init;
     Tensor values = init == decl::Init::normal
                         ? Tensor::randn(ctx, shape, key, 0.02, c.dtype)
                         : Tensor::full(ctx, shape, init == decl::Init::one ? 1.0 : 0.0, c.dtype);
-    if (init != decl::Init::normal && c.random_norms) {  // LayerNorm: constant + Normal(0, 0.1)
+    if (init != decl::Init::normal && c.random_norms) {  // a norm: constant + Normal(0, 0.1)
       const Tensor noise = Tensor::randn(ctx, shape, key, 0.1, c.dtype);
       ctx.backend().add(values, noise, 1.0, 1.0, values);
     }
@@ -128,25 +153,29 @@ TransformerLayer::TransformerLayer(const LayerConfig& config, LayerWeights weigh
 Tensor TransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
                                 const Tensor& b) const {
   ScopeGuard s(x.ctx(), module.scope);
-  return add(matmul(x, w), b);
+  const Tensor y = matmul(x, w);
+  return b.defined() ? add(y, b) : y;
+}
+
+Tensor TransformerLayer::norm(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
+                              const Tensor& b) const {
+  ScopeGuard s(x.ctx(), module.scope);
+  return norm_op(module, x, w, b, config_.layernorm_eps);
 }
 
 Tensor TransformerLayer::attention(const Tensor& x) const {
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   Tensor qkv = linear(m.qkv, x, weights_.qkv_weight, weights_.qkv_bias);  // [s, b, 3h]
-  const HeadTensors heads = split_heads(qkv, config_.heads, config_.head_dim());
-  Tensor context = merge_heads(attention_core(config_, heads, 0));
+  const HeadTensors heads = split_heads(config_, qkv, config_.heads);
+  Tensor context = merge_heads(config_, attention_core(config_, heads, 0));
   Tensor out = linear(m.proj, context, weights_.proj_weight, weights_.proj_bias);
   return layer_dropout(config_, m.out_dropout, out);
 }
 
 Tensor TransformerLayer::mlp(const Tensor& x) const {
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(config_);
   Tensor h = linear(m.fc1, x, weights_.fc1_weight, weights_.fc1_bias);
-  {
-    ScopeGuard g(x.ctx(), m.gelu.scope);
-    h = gelu(h);
-  }
+  h = mlp_activation(m.act, h);
   h = linear(m.fc2, h, weights_.fc2_weight, weights_.fc2_bias);
   return layer_dropout(config_, m.mlp_dropout, h);
 }
@@ -166,23 +195,15 @@ Tensor TransformerLayer::forward(const Tensor& x) const {
                         std::to_string(weights_.ln1_weight.ctx().rank()) + "'s");
   }
   LayerGuard layer(ctx, config_.layer);
-  const decl::Modules& m = decl::layer();
-  Tensor ln1;
-  {
-    ScopeGuard s(ctx, m.ln1.scope);
-    ln1 = layernorm(x, weights_.ln1_weight, weights_.ln1_bias, config_.layernorm_eps);
-  }
+  const decl::Modules& m = decl::layer(config_);
+  const Tensor ln1 = norm(m.ln1, x, weights_.ln1_weight, weights_.ln1_bias);
   const Tensor attn_out = attention(ln1);
   Tensor h1;
   {
     ScopeGuard r(ctx, m.residual1.scope);
     h1 = add(x, attn_out);
   }
-  Tensor ln2;
-  {
-    ScopeGuard s(ctx, m.ln2.scope);
-    ln2 = layernorm(h1, weights_.ln2_weight, weights_.ln2_bias, config_.layernorm_eps);
-  }
+  const Tensor ln2 = norm(m.ln2, h1, weights_.ln2_weight, weights_.ln2_bias);
   const Tensor mlp_out = mlp(ln2);
   ScopeGuard r(ctx, m.residual2.scope);
   return add(h1, mlp_out);

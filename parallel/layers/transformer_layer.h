@@ -2,6 +2,8 @@
 //   x -> LN1 -> QKV linear -> attention core (scores, 1/sqrt(d), causal softmax, dropout,
 //   probs x V) -> output linear -> dropout -> + x = h1
 //   h1 -> LN2 -> fc1 (4h) -> GeLU -> fc2 -> dropout -> + h1 = y
+// or as the configuration chooses: RMSNorm for LayerNorm, SwiGLU for GeLU (fc1 then makes 2f
+// columns, the gate and up values of each of the f outputs side by side), no linear biases.
 // Weights are [in, out]. The QKV columns are grouped by head: column (head * 3 + j) * d + i holds
 // element i of the head's query (j = 0), key (j = 1) or value (j = 2), d = h / a, so a column
 // shard of whole heads holds their q, k and v together (docs/architecture.md).
@@ -17,18 +19,20 @@
 
 namespace shardscope {
 
+// The layer's parameters, a member each; those the configuration does not declare (a bias with
+// LayerConfig::bias off, RMSNorm's bias) are undefined.
 struct LayerWeights {
   Tensor ln1_weight, ln1_bias;    // [h]
   Tensor qkv_weight, qkv_bias;    // [h, 3h], [3h]
   Tensor proj_weight, proj_bias;  // [h, h], [h]
   Tensor ln2_weight, ln2_bias;    // [h]
-  Tensor fc1_weight, fc1_bias;    // [h, 4h], [4h]
-  Tensor fc2_weight, fc2_bias;    // [4h, h], [h]
+  Tensor fc1_weight, fc1_bias;    // [h, f], [f] (SwiGLU: [h, 2f], [2f], gate and up interleaved)
+  Tensor fc2_weight, fc2_bias;    // [f, h], [h]
 
-  // The declared names (decl::parameters, layer_decl.h), in the declared order.
+  // The defined ones with their declared names (decl::parameters, layer_decl.h), in the declared
+  // order.
   std::vector<std::pair<std::string, Tensor>> named() const;
   std::vector<Tensor> parameters() const;
-  static const std::vector<std::string>& parameter_names();
 };
 
 // What a seed is drawn for: kernels::derive_seed(config.seed, purpose) keys each stream.
@@ -39,8 +43,10 @@ enum SeedPurpose : std::uint64_t {
   kSeedWeights = 0x10000,  // + 64 * layer + parameter index
 };
 
-// Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), LayerNorm
-// weights 1 and biases 0 (the usual GPT-2 / Megatron start).
+// Deterministic weights from config.seed: linear weights and biases Normal(0, 0.02), norm
+// weights 1 and biases 0 (the usual GPT-2 / Megatron start). Each parameter draws from its own
+// stream, keyed by its index in the fullest declaration, so a parameter has the same values
+// whichever others the configuration declares.
 LayerWeights make_layer_weights(Context& ctx, const LayerConfig& config);
 // The same values as parameters of another context (another rank, a reference run).
 LayerWeights copy_weights(const LayerWeights& weights, Context& ctx);
@@ -64,8 +70,11 @@ class TransformerLayer {
  private:
   Tensor attention(const Tensor& x) const;
   Tensor mlp(const Tensor& x) const;
+  // b undefined: a linear without bias.
   Tensor linear(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
                 const Tensor& b) const;
+  Tensor norm(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
+              const Tensor& b) const;
 
   LayerConfig config_;
   LayerWeights weights_;

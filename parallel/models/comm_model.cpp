@@ -1,5 +1,7 @@
-// The ring formulas.
+// The ring formulas and the layer's communication model.
 #include "parallel/models/comm_model.h"
+
+#include "parallel/layers/layer_decl.h"
 
 namespace shardscope {
 
@@ -24,6 +26,59 @@ double ring_bytes_sent(CollectiveKind kind, double full_bytes, int t) {
       return 0.0;
   }
   return 0.0;
+}
+
+std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input) {
+  std::vector<CommLine> out;
+  if (c.mode == ParallelMode::single) return out;
+  const int t = c.degree;
+  const double A = static_cast<double>(dtype_size(c.dtype));
+  const double sbh_bytes =
+      static_cast<double>(c.seq) * static_cast<double>(c.batch) * static_cast<double>(c.hidden) * A;
+  auto line = [&](CollectiveKind kind, Phase phase, CommPurpose purpose, int count,
+                  double full_bytes_each) {
+    if (count == 0) return;
+    const double bytes = count * ring_bytes_sent(kind, full_bytes_each, t);
+    for (CommLine& l : out) {  // one line per (kind, phase, purpose), as CommLog keeps them
+      if (l.kind == kind && l.phase == phase && l.purpose == purpose) {
+        l.count += count;
+        l.bytes_sent += bytes;
+        return;
+      }
+    }
+    out.push_back({c.layer, kind, phase, purpose, count, bytes});
+  };
+  const Phase fwd = Phase::forward, bwd = Phase::backward;
+  const CommPurpose act = CommPurpose::activation, grad = CommPurpose::param_grad;
+  const int columns = decl::count(c, decl::Kind::column_linear);
+  const int rows = decl::count(c, decl::Kind::row_linear);
+  switch (c.mode) {
+    case ParallelMode::tp:  // Megatron's f and g: each row linear's forward, each column's backward
+      line(CollectiveKind::all_reduce, fwd, act, rows, sbh_bytes);
+      line(CollectiveKind::all_reduce, bwd, act, columns, sbh_bytes);
+      break;
+    case ParallelMode::tp_sp:
+      line(CollectiveKind::all_gather, fwd, act, columns, sbh_bytes);
+      line(CollectiveKind::reduce_scatter, fwd, act, rows, sbh_bytes);
+      line(CollectiveKind::all_gather, bwd, act, rows + (keep_gathered_input ? 0 : columns),
+           sbh_bytes);
+      line(CollectiveKind::reduce_scatter, bwd, act, columns, sbh_bytes);
+      break;
+    case ParallelMode::ulysses:  // q, k and v to head shards, the context back; the same backward
+      line(CollectiveKind::all_to_all, fwd, act, 4, sbh_bytes / t);
+      line(CollectiveKind::all_to_all, bwd, act, 4, sbh_bytes / t);
+      break;
+    case ParallelMode::single:
+      break;
+  }
+  // One all-reduce per parameter whose gradient is a partial sum over sequence shards, in the
+  // declared order.
+  for (const decl::Param& p : decl::parameters(c)) {
+    if (decl::partial_grad(*p.decl, c.mode)) {
+      line(CollectiveKind::all_reduce, bwd, grad, 1, static_cast<double>(p.shape.numel()) * A);
+    }
+  }
+  return out;
 }
 
 }  // namespace shardscope

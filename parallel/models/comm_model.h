@@ -10,7 +10,11 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "autograd/observer.h"
+#include "parallel/comm/comm_log.h"
+#include "parallel/layers/layer_config.h"
 
 namespace shardscope {
 
@@ -18,5 +22,17 @@ namespace shardscope {
 double ring_full_bytes(CollectiveKind kind, std::int64_t count, std::size_t element_bytes, int t);
 // Bytes one rank sends.
 double ring_bytes_sent(CollectiveKind kind, double full_bytes, int t);
+
+// What one forward and backward of the layer sends per rank (purposes activation and
+// param_grad), derived in docs/derivations.md:
+//   tp       forward 2 all-reduce, backward 2 all-reduce of the [s, b, h] activation
+//   tp-sp    forward 2 all-gather + 2 reduce-scatter; backward 2 reduce-scatter + 2 all-gather
+//            (+ 2 all-gathers re-gathering the linear inputs unless they are kept); then the
+//            gradients of the replicated parameters (norms, row-parallel biases) all-reduced
+//   ulysses  forward and backward 4 all-to-all each (q, k, v to heads; context back); then every
+//            parameter gradient all-reduced
+// The counts come from the declaration (layer_decl.h): a collective per column- or row-parallel
+// linear, an all-reduce per parameter whose gradient is a partial sum (decl::partial_grad).
+std::vector<CommLine> comm_model(const LayerConfig& config, bool keep_gathered_input);
 
 }  // namespace shardscope

@@ -25,12 +25,16 @@ struct ActivationTerm {
 struct ActivationModel {
   std::vector<ActivationTerm> terms;
   double total_bytes = 0;   // sum of the terms: the paper's formula
-  double extras_bytes = 0;  // LayerNorm mean and rstd, outside the formula
-  std::string formula;      // "sbh(16A + 2M) + as^2b(2A + M)"
+  double extras_bytes = 0;  // the norms' per-row statistics, outside the formula
+  // The terms' sum in closed form, "sbh(16A + 2M) + as^2b(2A + M)": grouped by size (sbh; sbf
+  // where the MLP's f is no multiple of h; as^2b) and by whether the mode splits them over t.
+  std::string formula;
 };
 
 // A = bytes of the layer's dtype, M = 1 (u8 masks). Without dropout (p = 0) the masks and the
-// dropout output vanish: probs x V then saves the softmax output, already counted.
+// dropout output vanish: probs x V then saves the softmax output, already counted. The terms are
+// the declared modules' (layer_decl.h): RMSNorm, SwiGLU (its input, 2f wide, and fc2's, f) and
+// no biases change them as docs/derivations.md derives.
 ActivationModel single_device_activation_model(const LayerConfig& config);
 
 // The model of config.mode on config.degree = t ranks, per rank (Korthikanti et al. 2022, eq. 2
@@ -63,7 +67,7 @@ std::vector<MeasuredTerm> measure_sites(const ActivationModel& model,
 // measure_sites on the ledger's saved activations (SaveRole::activation) of `layer`.
 std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
                                         int layer);
-std::string formula_text(const LayerConfig& config, bool keep_gathered_input);
+std::string formula_text(const LayerConfig& config, bool keep_gathered_input);  // model's formula
 
 // The peak bytes a layer run needs at least, estimated before it starts from the models: per
 // rank, the larger of the saved activations with their extras (activation_model) and the rank's

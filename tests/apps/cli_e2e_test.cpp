@@ -34,6 +34,28 @@ TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
   EXPECT_THAT(r.output, HasSubstr(std::to_string(1024 * 66 + 2048 * 9)));
 }
 
+// Llama's norm, MLP and no biases from the command line: the header names them, the check passes,
+// the memory table matches its formula (SwiGLU's f = 96 = 1.5h in its own size, sbf).
+TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
+  const Result r = run_cli(
+      "run --mode tp-sp --degree 2 --norm rmsnorm --mlp swiglu --no-bias --ffn 96 --seq 8 "
+      "--batch 2 --hidden 64 --heads 4 --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("s=8 b=2 h=64 a=4 f=96, rmsnorm, swiglu, no biases"));
+  EXPECT_THAT(r.output, HasSubstr("check passed"));
+  EXPECT_THAT(r.output, HasSubstr("(sbh(8A + 2M) + sbf(3A) + as^2b(2A + M))/t"));
+  EXPECT_THAT(r.output, HasSubstr("mlp.swiglu/swiglu"));
+  EXPECT_THAT(r.output, Not(HasSubstr("MISMATCH")));
+  const Result bad = run_cli("run --norm batchnorm");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("norm \"batchnorm\" is not a norm: expected layernorm or "
+                                    "rmsnorm (set by --norm)"));
+  const Result odd = run_cli("run --mode tp --degree 4 --ffn 30");
+  EXPECT_EQ(odd.exit_code, 2) << odd.output;
+  EXPECT_THAT(odd.output, HasSubstr("mode tp: ffn 30 must be divisible by degree 4 (fc1's columns "
+                                    "and fc2's rows are split) (set by --ffn and --degree)"));
+}
+
 TEST(Cli, ReportHasTheStableKeys) {
   const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_report.json";
   std::filesystem::remove(path);

@@ -70,6 +70,21 @@ TEST(CheckLoadedDump, AnotherShapeNamesOnlyTheFlagsThatDiffer) {
   EXPECT_THAT(e, Not(HasSubstr("--batch")));
 }
 
+TEST(CheckLoadedDump, AnotherKindOfLayerNamesTheFlagsThatMakeIt) {
+  const RunOptions run = small_run();
+  LayerConfig llama = run.spec.layer;
+  llama.norm = Norm::rmsnorm;
+  llama.mlp = Mlp::swiglu;
+  llama.bias = false;
+  llama.ffn = 24;
+  const std::string e = error_of(dump_of(llama), run);
+  EXPECT_THAT(e, HasSubstr("is a dump of s=4 b=1 h=8 a=2 f=24, rmsnorm, swiglu, no biases f32"));
+  EXPECT_THAT(e, HasSubstr("run with --ffn 24 --norm rmsnorm --mlp swiglu --no-bias"));
+  RunOptions with_bias_off = run;
+  with_bias_off.spec.layer.bias = false;
+  EXPECT_THAT(error_of(dump_of(run.spec.layer), with_bias_off), HasSubstr("run without --no-bias"));
+}
+
 TEST(CheckLoadedDump, AnotherDtypeOrHeadCountIsRefused) {
   const RunOptions run = small_run();
   LayerConfig other = run.spec.layer;

@@ -1,5 +1,7 @@
 // Bad input: each op throws a typed exception whose message names the op, where it ran and the
 // shapes or dtypes it was given.
+#include <cmath>
+
 #include "tests/autograd/autograd_testing.h"
 
 namespace shardscope {
@@ -61,6 +63,33 @@ TEST_F(Errors, LayerNormWeightShape) {
   EXPECT_THROW(layernorm(f64({2, 4}), f64({4}), f64({4}), 0.0), ArgumentError);
 }
 
+TEST_F(Errors, RmsNormWeightShapeRankAndEps) {
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                rmsnorm(f64({2, 4}), f64({3}));
+              }),
+              AllOf(HasSubstr("op 'rmsnorm'"), HasSubstr("weight must be [4]"), HasSubstr("f64[3]"),
+                    HasSubstr("[2, 4]")));
+  EXPECT_THAT(message_of<ShapeError>([&] { rmsnorm(f64({}), f64({1})); }),
+              AllOf(HasSubstr("op 'rmsnorm'"), HasSubstr("rank >= 1"), HasSubstr("f64[]")));
+  for (double eps : {0.0, -1e-5, std::nan("")}) {
+    EXPECT_THAT(message_of<ArgumentError>([&] {
+                  rmsnorm(f64({2, 4}), f64({4}), eps);
+                }),
+                AllOf(HasSubstr("op 'rmsnorm'"), HasSubstr("eps must be > 0")))
+        << "eps " << eps;
+  }
+}
+
+TEST_F(Errors, SwigluNeedsAnEvenLastDim) {
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                swiglu(f64({2, 3}));
+              }),
+              AllOf(HasSubstr("op 'swiglu'"), HasSubstr("even last dim"), HasSubstr("f64[2, 3]")));
+  EXPECT_THAT(message_of<ShapeError>([&] { swiglu(f64({})); }),
+              AllOf(HasSubstr("op 'swiglu'"), HasSubstr("rank >= 1"), HasSubstr("f64[]")));
+  EXPECT_EQ(swiglu(f64({3, 0})).shape(), Shape({3, 0}));  // no pairs: an empty output
+}
+
 TEST_F(Errors, ConcatSplitChunkReshapePermute) {
   EXPECT_THAT(message_of<ShapeError>([&] {
                 concat({f64({2, 3}), f64({2, 4})}, 0);
@@ -119,12 +148,18 @@ TEST_F(Errors, DTypeMismatches) {
               }),
               AllOf(HasSubstr("op 'layernorm'"), HasSubstr("f64[4]")));
   EXPECT_THAT(message_of<DTypeError>([&] {
+                rmsnorm(f32({2, 4}), f64({4}));
+              }),
+              AllOf(HasSubstr("op 'rmsnorm'"), HasSubstr("f64[4]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
                 concat({f32({2}), f64({2})}, 0);
               }),
               HasSubstr("op 'concat'"));
   const Tensor mask = Tensor::zeros(ctx, {2}, DType::u8);
   EXPECT_THAT(message_of<DTypeError>([&] { gelu(mask); }),
               AllOf(HasSubstr("op 'gelu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
+  EXPECT_THAT(message_of<DTypeError>([&] { swiglu(mask); }),
+              AllOf(HasSubstr("op 'swiglu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
 }
 
 TEST_F(Errors, MessagesSayWhereTheOpRan) {

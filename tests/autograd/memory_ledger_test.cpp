@@ -98,6 +98,54 @@ TEST(MemoryLedger, LayerNormStatisticsAreExtrasAndGammaIsNotCounted) {
   EXPECT_EQ(sites[1].layer, 2);
 }
 
+TEST(MemoryLedger, RmsNormSavesItsInputAndOnlyRstdAsAnExtra) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor gamma = Tensor::parameter(Tensor::full(ctx, {8}, 1.0), "norm.weight");
+  Tensor x = Tensor::randn(ctx, {3, 5, 8}, 6);
+  Tensor y;
+  {
+    LayerGuard layer(ctx, 1);
+    ScopeGuard scope(ctx, "norm1");
+    y = rmsnorm(x, gamma);
+  }
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(120));  // x; gamma is not counted
+  EXPECT_EQ(ledger.saved_activation_bytes(1), f32_bytes(120));
+  EXPECT_EQ(ledger.extras_bytes(), f32_bytes(15));  // rstd per row, no mean
+  EXPECT_EQ(ledger.live(MemoryCategory::saved_extra), f32_bytes(15));
+  const auto sites = ledger.saved_by_site(1);
+  ASSERT_EQ(sites.size(), 2u);
+  EXPECT_EQ(sites[0].op, "rmsnorm");
+  EXPECT_EQ(sites[0].scope, "norm1");
+  EXPECT_EQ(sites[0].role, SaveRole::activation);
+  EXPECT_EQ(sites[0].bytes, f32_bytes(120));
+  EXPECT_EQ(sites[1].op, "rmsnorm");
+  EXPECT_EQ(sites[1].role, SaveRole::extra);
+  EXPECT_EQ(sites[1].bytes, f32_bytes(15));
+  sum(y).backward();
+  EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+  EXPECT_EQ(ledger.extras_bytes(), 0u);
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
+}
+
+TEST(MemoryLedger, SwigluSavesItsInputNotItsOutput) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {3, 2, 10}, 8).set_requires_grad(true);
+  Tensor y = swiglu(x);  // [3, 2, 5]
+  EXPECT_EQ(ledger.saved_activation_bytes(), f32_bytes(60));
+  EXPECT_EQ(ledger.extras_bytes(), 0u);
+  const auto sites = ledger.saved_by_site();
+  ASSERT_EQ(sites.size(), 1u);
+  EXPECT_EQ(sites[0].op, "swiglu");
+  EXPECT_EQ(sites[0].role, SaveRole::activation);
+  sum(y).backward();
+  EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
 TEST(MemoryLedger, TensorsFromBeforeAttachingCountOnlyWhileSaved) {
   Context ctx;
   Tensor x = Tensor::randn(ctx, {4, 4}, 7).set_requires_grad(true);

@@ -74,6 +74,77 @@ TEST_P(OpsForward, LayerNormMatchesReferenceAndNormalisesRows) {
   }
 }
 
+// Rows whose mean(x^2) + eps is a perfect square, so rstd and y are exact by hand: eps = 4,
+// row 0 mean(x^2) = 20 / 4 = 5 (rstd = 1/3), row 1 mean(x^2) = 84 / 4 = 21 (rstd = 1/5).
+TEST_P(OpsForward, RmsNormKnownValues) {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const Tensor x =
+        Tensor::from_vector(ctx, {2, 4}, {1.0, 3.0, -1.0, 3.0, 2.0, 4.0, 8.0, 0.0}, dtype);
+    const Tensor gamma = Tensor::from_vector(ctx, {4}, {1.0, 2.0, 0.5, -1.0}, dtype);
+    const Tensor y = rmsnorm(x, gamma, 4.0);
+    EXPECT_EQ(y.shape(), x.shape());
+    EXPECT_EQ(y.dtype(), dtype);
+    const double tol = dtype == DType::f64 ? kF64Tol : kF32Tol;
+    expect_near_all(y.to_vector(),
+                    {1.0 / 3, 2.0, -1.0 / 6, -1.0,  // x / 3 * gamma
+                     0.4, 1.6, 0.8, 0.0},           // x / 5 * gamma
+                    tol);
+    // The backend's rstd per row, as the op saves it for backward.
+    Tensor out = Tensor::empty(ctx, {2, 4}, dtype), rstd = Tensor::empty(ctx, {2}, dtype);
+    ctx.backend().rmsnorm_forward(x, gamma, 4.0, out, rstd);
+    expect_near_all(rstd.to_vector(), {1.0 / 3, 0.2}, tol);
+  }
+}
+
+TEST_P(OpsForward, RmsNormMatchesReferenceAndGivesUnitRootMeanSquare) {
+  const std::int64_t h = 8;
+  const Tensor x = const64(ctx, {3, 2, h}, 2, 2.0);
+  const Tensor gamma = const64(ctx, {h}, 3);
+  const double eps = 1e-5;
+  const std::vector<double> in = x.to_vector(), g = gamma.to_vector();
+  const std::vector<double> y = rmsnorm(x, gamma, eps).to_vector();
+  const std::vector<double> plain =
+      rmsnorm(x, Tensor::full(ctx, {h}, 1.0, DType::f64), eps).to_vector();
+  for (std::int64_t r = 0; r < 6; ++r) {
+    double ms = 0.0, mean_in = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) {
+      ms += in[r * h + j] * in[r * h + j] / h;
+      mean_in += in[r * h + j] / h;
+    }
+    double out_ms = 0.0, out_mean = 0.0;
+    for (std::int64_t j = 0; j < h; ++j) {
+      EXPECT_NEAR(y[r * h + j], in[r * h + j] / std::sqrt(ms + eps) * g[j], kF64Tol);
+      out_ms += plain[r * h + j] * plain[r * h + j] / h;
+      out_mean += plain[r * h + j] / h;
+    }
+    EXPECT_NEAR(out_ms, ms / (ms + eps), kF64Tol);  // 1, shrunk by eps in the denominator
+    // Not centred: the output keeps the input's mean, scaled by rstd (LayerNorm's would be 0).
+    EXPECT_NEAR(out_mean, mean_in / std::sqrt(ms + eps), kF64Tol);
+  }
+}
+
+// Pairs (gate, up) = (0, 5), (1, 2), (-1, 3), (2, -4): y = silu(gate) up.
+TEST_P(OpsForward, SwigluKnownValues) {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const Tensor x =
+        Tensor::from_vector(ctx, {2, 4}, {0.0, 5.0, 1.0, 2.0, -1.0, 3.0, 2.0, -4.0}, dtype);
+    const Tensor y = swiglu(x);
+    EXPECT_EQ(y.shape(), Shape({2, 2}));
+    EXPECT_EQ(y.dtype(), dtype);
+    const std::vector<double> v = y.to_vector();
+    const auto silu = [](double a) { return a / (1.0 + std::exp(-a)); };
+    const double tol = dtype == DType::f64 ? kF64Tol : kF32Tol;
+    expect_near_all(v, {0.0, silu(1.0) * 2.0, silu(-1.0) * 3.0, silu(2.0) * -4.0}, tol);
+    // silu(1) = 0.7310586, silu(-1) = -0.2689414, silu(2) = 1.7615942 (PyTorch's F.silu).
+    expect_near_all(v, {0.0, 1.4621172, -0.8068243, -7.0463766}, 1e-7 + tol);
+  }
+  // Saturated gates: sigmoid -> 0 gives silu -> 0 (not NaN), sigmoid -> 1 gives the gate itself.
+  const Tensor far = Tensor::from_vector(ctx, {4}, {-1000.0, 3.0, 1000.0, 0.5}, DType::f64);
+  const std::vector<double> v = swiglu(far).to_vector();
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[1], 500.0);
+}
+
 TEST_P(OpsForward, GeluKnownValues) {
   const double pi = std::acos(-1.0);
   const auto tanh_gelu = [pi](double v) {
@@ -220,6 +291,11 @@ TEST_P(OpsForward, SinglePrecisionKernelsMatchDouble) {
   EXPECT_NEAR(cross_entropy(l32, {0, 7, 3, 1, 2, 5}).item(),
               cross_entropy(l64, {0, 7, 3, 1, 2, 5}).item(), kF32Tol);
   EXPECT_EQ(chain(x32, w32, g32).dtype(), DType::f32);
+  const auto gated = [](const Tensor& x, const Tensor& w, const Tensor& g) {
+    return rmsnorm(swiglu(matmul(x, w)), chunk(g, 0, 2)[0]);  // [2, 3, 8] -> [2, 3, 4]
+  };
+  expect_near_all(gated(x32, w32, g32).to_vector(), gated(x64, w64, g64).to_vector(), kF32Tol);
+  EXPECT_EQ(gated(x32, w32, g32).dtype(), DType::f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpsForward, testing::all_backends(), testing::BackendName());

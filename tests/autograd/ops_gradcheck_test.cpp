@@ -84,6 +84,28 @@ TEST_P(OpsGradcheck, LayerNormInputWeightAndBias) {
                          {x, gamma, beta});
 }
 
+TEST_P(OpsGradcheck, RmsNormInputAndWeight) {
+  // A mean of 0.3 makes a centring bug show (RMSNorm does not subtract the mean).
+  const Tensor x = leaf64(ctx, {3, 2, 6}, 45, "x", 1.5, 0.3);
+  const Tensor gamma = leaf64(ctx, {6}, 46, "weight", 0.2, 1.0);
+  const auto f = [](const Inputs& in) { return rmsnorm(in[0], in[1]); };
+  expect_gradients_match(f, {x, gamma});
+  // A large eps weighs in the statistics: its place in rstd must be right for dx too.
+  expect_gradients_match([](const Inputs& in) { return rmsnorm(in[0], in[1], 0.5); }, {x, gamma});
+  // dgamma alone (x a constant) and dx alone.
+  expect_gradients_match(f, {testing::const64(ctx, {4, 5}, 47), leaf64(ctx, {5}, 48, "weight")});
+  expect_gradients_match(f, {leaf64(ctx, {4, 5}, 49, "x"), testing::const64(ctx, {5}, 50)});
+}
+
+TEST_P(OpsGradcheck, Swiglu) {
+  // std 2 covers the flat negative tail of silu, its dip and its linear positive side.
+  expect_gradients_match([](const Inputs& in) { return swiglu(in[0]); },
+                         {leaf64(ctx, {3, 2, 8}, 51, "x", 2.0)});
+  // After a nonlinear op that reads the pairs' order: a gate/up mix-up shows in dx.
+  expect_gradients_match([](const Inputs& in) { return gelu(swiglu(in[0])); },
+                         {leaf64(ctx, {4, 2}, 52, "x", 1.5)});
+}
+
 TEST_P(OpsGradcheck, SoftmaxPlainAndCausal) {
   const auto plain = [](const Inputs& in) { return softmax(in[0]); };
   const auto causal = [](const Inputs& in) { return softmax(in[0], true); };

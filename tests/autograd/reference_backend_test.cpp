@@ -127,6 +127,26 @@ TEST_P(CpuVsReference, GeluForwardAndBackward) {
   }
 }
 
+// x [n, 2f] of (gate, up) pairs: n f outputs, above 2^12 (the CPU backend's costly-loop grain)
+// for the larger shapes. Gates over [-8, 8) reach both of silu's flat and linear sides.
+TEST_P(CpuVsReference, SwigluForwardAndBackward) {
+  for (const Shape& s :
+       {Shape{1, 2}, Shape{7, 6}, Shape{3, 5, 14}, Shape{1000, 2}, Shape{3 * 257, 2 * 67}}) {
+    expect_match(
+        [s](Backend& be, Context& ctx, DType dt) {
+          std::vector<std::int64_t> out_dims = s.dims();
+          out_dims.back() /= 2;
+          const Tensor x = test_input(ctx, s, dt, 1, -8.0, 8.0);
+          const Tensor dy = test_input(ctx, Shape(out_dims), dt, 2);
+          Tensor y = Tensor::empty(ctx, Shape(out_dims), dt), dx = Tensor::empty(ctx, s, dt);
+          be.swiglu_forward(x, y);
+          be.swiglu_backward(x, dy, dx);
+          return NamedTensors{{"y", y}, {"dx", dx}};
+        },
+        "swiglu " + s.str());
+  }
+}
+
 // Dropout on a shard of a global tensor (or the whole one); the masks must be equal bit for bit.
 OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p) {
   return [=](Backend& be, Context& ctx, DType dt) {

@@ -34,7 +34,7 @@ namespace shardscope::testing {
 // its affine part. Its error is a few f32 roundings (6e-8 each) over sums of up to a few hundred
 // O(1) terms: measured between 1e-6 and 2e-6 here (GEMM, gelu'). 1e-4 leaves ~50x over that; a bug
 // in the row math (a wrong constant, a missing or extra term, an off-by-one mask) moves results
-// by 1e-3 or far more (ReferenceBackend.PlantedRowMathBugsAreCaught shows four such bugs caught).
+// by 1e-3 or far more (ReferenceBackend.PlantedRowMathBugsAreCaught shows seven such bugs caught).
 // f64: roundings of 1e-16 over the same sums, measured below 1e-14; 1e-10 leaves 10^4x.
 inline double reference_tolerance(DType dtype) {
   return dtype == DType::f32 ? 1e-4 : 1e-10;

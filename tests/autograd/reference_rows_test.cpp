@@ -1,7 +1,7 @@
-// The row-wise kernels (reductions, LayerNorm, softmax, losses) on the tuned CPU backend against
-// the reference backend, f32 and f64, with rows above the CPU backend's 2^14 elements per thread.
-// Then the planted-bug check: CPU kernels rebuilt from autograd/kernels/'s shared row math with
-// one piece of it wrong, as a bug in that shared math would be; the same comparison must catch it.
+// The row-wise kernels (reductions, LayerNorm, RMSNorm, softmax, losses) on the tuned CPU backend
+// against the reference backend, f32 and f64, with rows above the CPU backend's 2^14 elements per
+// thread. Then the planted-bug check: CPU kernels rebuilt from autograd/kernels/'s shared math with
+// one piece of it wrong, as a bug in that shared math would be; the comparison must catch each.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "autograd/kernels/layernorm.h"
 #include "autograd/kernels/losses.h"
 #include "autograd/kernels/softmax.h"
+#include "autograd/kernels/swiglu.h"
 #include "tests/autograd/reference_backend_testing.h"
 
 namespace shardscope {
@@ -45,6 +46,21 @@ OpCase layernorm_case(Shape shape) {
     be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
     return NamedTensors{{"y", y},   {"mean", mean},     {"rstd", rstd},
                         {"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}};
+  };
+}
+
+// Forward, then backward from the forward's own rstd. x in [-1, 5): rows with a nonzero mean, where
+// a centred statistic would differ from the mean square.
+OpCase rmsnorm_case(Shape shape) {
+  return [=](Backend& be, Context& ctx, DType dt) {
+    const std::int64_t h = shape[shape.rank() - 1], rows = shape.numel() / h;
+    const Tensor x = test_input(ctx, shape, dt, 1, -1.0, 5.0), dy = test_input(ctx, shape, dt, 2);
+    const Tensor gamma = test_input(ctx, {h}, dt, 3);
+    Tensor y = Tensor::empty(ctx, shape, dt), dx = Tensor::empty(ctx, shape, dt);
+    Tensor rstd = Tensor::empty(ctx, {rows}, dt), dgamma = Tensor::empty(ctx, {h}, dt);
+    be.rmsnorm_forward(x, gamma, 1e-5, y, rstd);
+    be.rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
+    return NamedTensors{{"y", y}, {"rstd", rstd}, {"dx", dx}, {"dgamma", dgamma}};
   };
 }
 
@@ -98,6 +114,13 @@ TEST_P(CpuVsReferenceRows, LayerNormForwardAndBackward) {
   }
 }
 
+TEST_P(CpuVsReferenceRows, RmsNormForwardAndBackward) {
+  for (const Shape& s :
+       {Shape{1, 1}, Shape{3, 5}, Shape{2, 3, 7}, Shape{130, 257}, Shape{3, 4000}}) {
+    expect_match(rmsnorm_case(s), "rmsnorm " + s.str());
+  }
+}
+
 TEST_P(CpuVsReferenceRows, SoftmaxPlainAndCausalForwardAndBackward) {
   // Causal queries are aligned at the end of the keys: s_q < s_k sees more keys, s_q > s_k leaves
   // the first queries with no key at all (rows of zeros).
@@ -129,6 +152,9 @@ enum class RowMathBug {
   gelu_grad_cubic,    // gelu' with 0.044715 x^2 where the derivative of x^3 gives 3 * 0.044715 x^2
   causal_off_by_one,  // the causal mask lets each query see one key of its future
   ce_without_max,     // cross-entropy's row loss forgets to add back the max it subtracted
+  rms_centered,       // RMSNorm's statistics centred (the variance) instead of the mean square
+  rms_mean_dxhat,     // RMSNorm's dx subtracts LayerNorm's mean(dxhat) as well
+  swiglu_silu_grad,   // silu' as s (1 + a s) instead of s (1 + a (1 - s))
 };
 
 // The CPU backend with one op rebuilt from autograd/kernels/'s pieces, one of them planted wrong;
@@ -162,6 +188,8 @@ class PlantedBugBackend final : public Backend {
   void scale(const Tensor& x, double a, Tensor& o) override { cpu_.scale(x, a, o); }
   void gelu_forward(const Tensor& x, Tensor& y) override { cpu_.gelu_forward(x, y); }
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void swiglu_forward(const Tensor& x, Tensor& y) override { cpu_.swiglu_forward(x, y); }
+  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, const DropoutSpec& s, Tensor& m, Tensor& y) override {
     cpu_.dropout_forward(x, s, m, y);
   }
@@ -176,6 +204,10 @@ class PlantedBugBackend final : public Backend {
                           const Tensor& r, Tensor& dx, Tensor& dg, Tensor& db) override {
     cpu_.layernorm_backward(dy, x, g, m, r, dx, dg, db);
   }
+  void rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                       Tensor& rstd) override;
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                        Tensor& dx, Tensor& dgamma) override;
   void softmax_forward(const Tensor& x, bool causal, Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     cpu_.softmax_backward(y, dy, dx);
@@ -229,6 +261,54 @@ void PlantedBugBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, 
   });
 }
 
+void PlantedBugBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  for (std::int64_t i = 0; i < dy.numel(); ++i) {
+    const double a = x.data<double>()[2 * i], b = x.data<double>()[2 * i + 1];
+    double* out = dx.data<double>() + 2 * i;
+    kernels::swiglu_grad(a, b, dy.data<double>()[i], out[0], out[1]);
+    if (bug_ == RowMathBug::swiglu_silu_grad) {
+      const double s = kernels::sigmoid(a);
+      out[0] = dy.data<double>()[i] * b * (s * (1 + a * s));
+    }
+  }
+}
+
+void PlantedBugBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
+                                        Tensor& rstd) {
+  const bool centered = bug_ == RowMathBug::rms_centered;
+  rows(x, [&](std::int64_t r, std::int64_t h) {
+    const kernels::Welford<double> w =
+        kernels::layernorm_row_statistics(x.data<double>() + r * h, h, 0, 1, centered);
+    const double inv = kernels::layernorm_rstd(w, eps);
+    kernels::layernorm_normalise_row(x.data<double>() + r * h, gamma.data<double>(),
+                                     static_cast<const double*>(nullptr), y.data<double>() + r * h,
+                                     h, 0, 1, 0.0, inv);
+    rstd.data<double>()[r] = inv;
+  });
+}
+
+void PlantedBugBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  const std::int64_t h = x.dim(-1);
+  std::vector<double> dg(static_cast<std::size_t>(h), 0.0);
+  rows(x, [&](std::int64_t r, std::int64_t n) {
+    const double* in = x.data<double>() + r * n;
+    const double* gy = dy.data<double>() + r * n;
+    const double inv = rstd.data<double>()[r];
+    const kernels::LayerNormRowSums s =
+        kernels::layernorm_backward_row_sums(gy, in, gamma.data<double>(), n, 0, 1, 0.0, inv);
+    const double length = static_cast<double>(n);
+    const double mean_dxhat = bug_ == RowMathBug::rms_mean_dxhat ? s.dxhat / length : 0.0;
+    kernels::layernorm_backward_row(gy, in, gamma.data<double>(), dx.data<double>() + r * n, n, 0,
+                                    1, 0.0, inv, mean_dxhat, s.dxhat_xhat / length);
+    for (std::int64_t j = 0; j < n; ++j) {
+      kernels::layernorm_param_grad_add(dg[static_cast<std::size_t>(j)], nullptr, gy[j], in[j], 0.0,
+                                        inv);
+    }
+  });
+  for (std::int64_t j = 0; j < h; ++j) dgamma.data<double>()[j] = dg[static_cast<std::size_t>(j)];
+}
+
 void PlantedBugBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {
   const std::int64_t sq = causal ? x.dim(-2) : 1;
   rows(x, [&](std::int64_t r, std::int64_t sk) {
@@ -278,6 +358,17 @@ TEST(ReferenceBackend, PlantedRowMathBugsAreCaught) {
        "gelu' without the 3"},
       {RowMathBug::causal_off_by_one, softmax_case({4, 7, 7}, true), "causal off by one"},
       {RowMathBug::ce_without_max, losses_case(5, 7), "cross-entropy without the max"},
+      {RowMathBug::rms_centered, rmsnorm_case({130, 257}), "rmsnorm centred"},
+      {RowMathBug::rms_mean_dxhat, rmsnorm_case({3, 5}), "rmsnorm dx with mean(dxhat)"},
+      {RowMathBug::swiglu_silu_grad,
+       [](Backend& be, Context& ctx, DType dt) {
+         const Tensor x = test_input(ctx, {50, 8}, dt, 1, -6.0, 6.0);
+         const Tensor dy = test_input(ctx, {50, 4}, dt, 2);
+         Tensor dx = Tensor::empty(ctx, {50, 8}, dt);
+         be.swiglu_backward(x, dy, dx);
+         return NamedTensors{{"dx", dx}};
+       },
+       "silu' with s for 1 - s"},
   };
   for (const Planted& p : cases) {
     PlantedBugBackend correct(cpu.backend(), RowMathBug::none);

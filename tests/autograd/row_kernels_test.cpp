@@ -50,6 +50,58 @@ TEST(RowKernels, LayerNormStatisticsFromPiecesMatchTheSequentialRow) {
   }
 }
 
+// RMSNorm's statistics (centered = false): count, mean pinned at 0 and M2 = sum x^2, from one
+// piece or from a block's pieces combined as WelfordOp combines them.
+TEST(RowKernels, RmsNormStatisticsFromPiecesAreTheSumOfSquares) {
+  for (std::int64_t n : {1, 5, 8, 37, 300}) {
+    const std::vector<double> x = row_values(n);
+    double squares = 0.0;
+    for (double v : x) squares += v * v;
+    const kernels::Welford<double> whole =
+        kernels::layernorm_row_statistics(x.data(), n, 0, 1, false);
+    EXPECT_EQ(whole.count, static_cast<double>(n));
+    EXPECT_EQ(whole.mean, 0.0);
+    EXPECT_EQ(whole.m2, squares) << "n = " << n;  // the same sum in the same order
+    std::vector<kernels::Welford<double>> pieces;
+    for (std::int64_t t = 0; t < kThreads; ++t)
+      pieces.push_back(kernels::layernorm_row_statistics(x.data(), n, t, kThreads, false));
+    const kernels::Welford<double> combined = tree_reduce(
+        pieces, [](const auto& a, const auto& b) { return kernels::welford_combine(a, b); });
+    EXPECT_EQ(combined.count, whole.count) << "n = " << n;
+    EXPECT_EQ(combined.mean, 0.0) << "n = " << n;
+    EXPECT_NEAR(combined.m2, squares, kReorderTol * squares) << "n = " << n;
+    EXPECT_NEAR(kernels::layernorm_rstd(combined, 1e-5),
+                1.0 / std::sqrt(squares / static_cast<double>(n) + 1e-5), kReorderTol)
+        << "n = " << n;
+  }
+}
+
+// The LayerNorm row pieces with mean = 0, no beta and mean(dxhat) = 0 are RMSNorm's row:
+// y = x rstd gamma, dx = rstd (dxhat - xhat mean(dxhat xhat)), dgamma += dy xhat.
+TEST(RowKernels, UncenteredLayerNormPiecesAreRmsNorm) {
+  const std::int64_t n = 45;
+  const std::vector<double> x = row_values(n), dy = row_values(n + 3), gamma = row_values(n + 7);
+  const double rstd = 0.37;
+  std::vector<double> y(static_cast<std::size_t>(n)), dx(y.size());
+  kernels::layernorm_normalise_row(x.data(), gamma.data(), static_cast<const double*>(nullptr),
+                                   y.data(), n, 0, 1, 0.0, rstd);
+  const kernels::LayerNormRowSums s =
+      kernels::layernorm_backward_row_sums(dy.data(), x.data(), gamma.data(), n, 0, 1, 0.0, rstd);
+  kernels::layernorm_backward_row(dy.data(), x.data(), gamma.data(), dx.data(), n, 0, 1, 0.0, rstd,
+                                  0.0, s.dxhat_xhat / static_cast<double>(n));
+  double dot = 0.0;  // sum(dxhat xhat)
+  for (std::size_t j = 0; j < x.size(); ++j) dot += dy[j] * gamma[j] * x[j] * rstd;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const double xhat = x[j] * rstd, dxhat = dy[j] * gamma[j];
+    EXPECT_NEAR(y[j], xhat * gamma[j], kReorderTol) << "y at " << j;
+    EXPECT_NEAR(dx[j], rstd * (dxhat - xhat * dot / static_cast<double>(n)), kReorderTol)
+        << "dx at " << j;
+    double dgamma = 0.0;
+    kernels::layernorm_param_grad_add(dgamma, nullptr, dy[j], x[j], 0.0, rstd);
+    EXPECT_NEAR(dgamma, dy[j] * xhat, kReorderTol) << "dgamma at " << j;
+  }
+}
+
 TEST(RowKernels, LayerNormBackwardSumsFromPiecesMatchTheSequentialRow) {
   const std::int64_t n = 45;
   const std::vector<double> x = row_values(n), dy = row_values(n + 3), gamma = row_values(n + 7);

@@ -160,6 +160,37 @@ TEST_P(CudaVsCpu, LayerNormForwardAndBackward) {
   }
 }
 
+TEST_P(CudaVsCpu, RmsNormForwardAndBackward) {
+  // h = 1000 spans several passes of a 256-thread block; 3 * 5 * 40 = 600 rows span 19 chunks of
+  // the column sums (kRowsPerChunk = 32).
+  for (std::int64_t h : {1, 7, 300, 1000}) {
+    for (std::int64_t s : {5, 40}) {
+      compare(
+          [h, s](Context& ctx, DType dt) {
+            const Tensor x = leaf(ctx, {3, s, h}, 1, dt), gamma = leaf(ctx, {h}, 2, dt);
+            return with_grads(ctx, rmsnorm(add(x, Tensor::full(ctx, {h}, 0.5, dt)), gamma),
+                              {x, gamma});
+          },
+          "rmsnorm h=" + std::to_string(h) + " s=" + std::to_string(s));
+    }
+  }
+}
+
+TEST_P(CudaVsCpu, SwigluForwardAndBackward) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {3, 4, 10}, 1, dt);
+        return with_grads(ctx, swiglu(scale(x, 3.0)), {x});  // gates out to the flat tails
+      },
+      "swiglu");
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {300, 2 * 257}, 2, dt);  // 77100 outputs, many blocks
+        return with_grads(ctx, swiglu(x), {x});
+      },
+      "swiglu, large");
+}
+
 TEST_P(CudaVsCpu, SoftmaxCausalAndPlainForwardAndBackward) {
   for (bool causal : {false, true}) {
     compare(

@@ -31,16 +31,32 @@ LayerConfig small(ParallelMode mode, int degree) {
   return c;
 }
 
-std::set<std::string> declared_scopes() {
+// The layers the declaration makes: GPT's, Llama's norm, MLP and no biases, and a SwiGLU whose f
+// is no multiple of h.
+std::vector<LayerConfig> variants(ParallelMode mode, int degree) {
+  std::vector<LayerConfig> out(4, small(mode, degree));
+  out[1].norm = Norm::rmsnorm;
+  out[1].mlp = Mlp::swiglu;
+  out[1].bias = false;
+  out[2].mlp = Mlp::swiglu;
+  out[2].ffn = 20;
+  out[3].norm = Norm::rmsnorm;
+  out[3].ffn = 40;
+  return out;
+}
+std::string variant_name(const LayerConfig& c) {
+  return std::string(mode_name(c.mode)) + " " + norm_name(c.norm) + " " + mlp_name(c.mlp) +
+         " f=" + std::to_string(c.ffn_width()) + (c.bias ? "" : " no bias");
+}
+
+std::set<std::string> declared_scopes(const LayerConfig& c) {
   std::set<std::string> out;
-  for (const decl::ModuleDecl& m : decl::modules()) out.insert(m.scope);
+  for (const decl::ModuleDecl& m : decl::modules(c)) out.insert(m.scope);
   return out;
 }
 
-TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
-  Context ctx;
-  const LayerConfig c = small(ParallelMode::single, 1);
-  const LayerWeights w = make_layer_weights(ctx, c);
+// Each of the layer's weights is a declared parameter of its shape and initialisation, in order.
+void expect_declared_parameters(const LayerConfig& c, const LayerWeights& w) {
   const std::vector<decl::Param> declared = decl::parameters(c);
   const auto named = w.named();
   ASSERT_EQ(named.size(), declared.size());
@@ -61,17 +77,41 @@ TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
         break;
     }
   }
+}
+
+TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
+  for (const LayerConfig& c : variants(ParallelMode::single, 1)) {
+    SCOPED_TRACE(variant_name(c));
+    Context ctx;
+    expect_declared_parameters(c, make_layer_weights(ctx, c));
+  }
+  const LayerConfig c = small(ParallelMode::single, 1);
   // Widths by name: the fused QKV is [h, 3h], fc2 [4h, h].
   EXPECT_EQ(decl::parameter(c, "attn.qkv.weight").shape, (Shape{16, 48}));
   EXPECT_EQ(decl::parameter(c, "mlp.fc2.weight").shape, (Shape{64, 16}));
   EXPECT_EQ(decl::parameter(c, "mlp.fc2.weight").dims, (std::vector<std::string>{"4h", "h"}));
+  // Llama's: RMSNorm keeps a weight only, no linear has a bias, SwiGLU's fc1 makes 2f columns.
+  const LayerConfig llama = variants(ParallelMode::single, 1)[1];
+  EXPECT_EQ(decl::parameters(llama).size(), 6u);
+  EXPECT_EQ(decl::parameter(llama, "mlp.fc1.weight").shape, (Shape{16, 128}));
+  EXPECT_EQ(decl::parameter(llama, "mlp.fc1.weight").dims, (std::vector<std::string>{"h", "8h"}));
+  const LayerConfig odd_f = variants(ParallelMode::single, 1)[2];
+  EXPECT_EQ(decl::parameter(odd_f, "mlp.fc1.weight").dims, (std::vector<std::string>{"h", "2f"}));
+  EXPECT_EQ(decl::parameter(odd_f, "mlp.fc2.weight").shape, (Shape{20, 16}));
+  // A parameter keeps its values whichever others the configuration declares.
+  Context ctx;
+  const LayerWeights gpt = make_layer_weights(ctx, small(ParallelMode::single, 1));
+  const LayerWeights no_bias = make_layer_weights(ctx, llama);
+  EXPECT_EQ(gpt.qkv_weight.to_vector(), no_bias.qkv_weight.to_vector());
+  EXPECT_FALSE(no_bias.qkv_bias.defined());
+  EXPECT_FALSE(no_bias.ln1_bias.defined());
 }
 
 // Megatron's split: column-parallel weights Shard(1) and biases Shard(0), row-parallel weights
 // Shard(0) with a replicated bias, LayerNorms replicated; Ulysses replicates everything. The
 // parallel layer places its parameters as declared and reduces exactly the partial gradients.
 TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
-  const decl::Modules& m = decl::layer();
+  const decl::Modules& m = decl::layer(LayerConfig());
   EXPECT_EQ(decl::placement(m.qkv.params[0], ParallelMode::tp), Placement::shard(1));
   EXPECT_EQ(decl::placement(m.qkv.params[1], ParallelMode::tp), Placement::shard(0));
   EXPECT_EQ(decl::placement(m.fc2.params[0], ParallelMode::tp_sp), Placement::shard(0));
@@ -84,20 +124,21 @@ TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
   EXPECT_TRUE(decl::partial_grad(m.qkv.params[0], ParallelMode::ulysses));
 
   for (const ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
-    SCOPED_TRACE(mode_name(mode));
-    const LayerConfig c = small(mode, 2);
-    run_spmd(2, SpmdOptions{}, [&](RankEnv& env) {
-      const LayerWeights full = make_layer_weights(env.ctx, c);
-      const ParallelTransformerLayer layer(c, env.group, full);
-      ASSERT_EQ(layer.parameters().size(), decl::parameters(c).size());
-      for (const ShardedParameter& p : layer.parameters()) {
-        const decl::Param d = decl::parameter(c, p.name);
-        EXPECT_EQ(p.module, d.module) << p.name;
-        EXPECT_EQ(p.placement, decl::placement(*d.decl, mode)) << p.name;
-        EXPECT_EQ(p.partial_grad, decl::partial_grad(*d.decl, mode)) << p.name;
-        EXPECT_EQ(p.global, d.shape) << p.name;
-      }
-    });
+    for (const LayerConfig& c : variants(mode, 2)) {
+      SCOPED_TRACE(variant_name(c));
+      run_spmd(2, SpmdOptions{}, [&](RankEnv& env) {
+        const LayerWeights full = make_layer_weights(env.ctx, c);
+        const ParallelTransformerLayer layer(c, env.group, full);
+        ASSERT_EQ(layer.parameters().size(), decl::parameters(c).size());
+        for (const ShardedParameter& p : layer.parameters()) {
+          const decl::Param d = decl::parameter(c, p.name);
+          EXPECT_EQ(p.module, d.module) << p.name;
+          EXPECT_EQ(p.placement, decl::placement(*d.decl, mode)) << p.name;
+          EXPECT_EQ(p.partial_grad, decl::partial_grad(*d.decl, mode)) << p.name;
+          EXPECT_EQ(p.global, d.shape) << p.name;
+        }
+      });
+    }
   }
 }
 
@@ -107,19 +148,20 @@ TEST(LayerDecl, TheActivationModelsTermsAreTheDeclaredOnes) {
   for (const double dropout : {0.0, 0.1}) {
     for (const ParallelMode mode :
          {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
-      LayerConfig c = small(mode, mode == ParallelMode::single ? 1 : 2);
-      c.dropout = dropout;
-      const ActivationModel model = activation_model(c, false);
-      std::multiset<std::string> declared, modelled;
-      for (const decl::ModuleDecl& m : decl::modules()) {
-        for (const decl::SavedDecl& d : m.saved) {
-          const bool applies = d.when == decl::SavedDecl::When::always ||
-                               (d.when == decl::SavedDecl::When::with_dropout) == (dropout > 0);
-          if (applies) declared.insert(std::string(m.scope) + ": " + d.what);
+      for (LayerConfig c : variants(mode, mode == ParallelMode::single ? 1 : 2)) {
+        c.dropout = dropout;
+        const ActivationModel model = activation_model(c, false);
+        std::multiset<std::string> declared, modelled;
+        for (const decl::ModuleDecl& m : decl::modules(c)) {
+          for (const decl::SavedDecl& d : m.saved) {
+            const bool applies = d.when == decl::SavedDecl::When::always ||
+                                 (d.when == decl::SavedDecl::When::with_dropout) == (dropout > 0);
+            if (applies) declared.insert(std::string(m.scope) + ": " + d.what);
+          }
         }
+        for (const ActivationTerm& t : model.terms) modelled.insert(t.scope + ": " + t.what);
+        EXPECT_EQ(modelled, declared) << variant_name(c) << " dropout " << dropout;
       }
-      for (const ActivationTerm& t : model.terms) modelled.insert(t.scope + ": " + t.what);
-      EXPECT_EQ(modelled, declared) << mode_name(mode) << " dropout " << dropout;
     }
   }
 }
@@ -145,41 +187,44 @@ class ScopeRecorder final : public Observer {
 // a declared module's scope (or the run's loss and gradient reduction), and every declared
 // module runs, in every mode.
 TEST(LayerDecl, EveryOpOfARunIsInADeclaredScopeInEveryMode) {
-  std::set<std::string> allowed = declared_scopes();
-  allowed.insert(decl::kLossScope);
-  allowed.insert(decl::kGradReduceScope);
   for (const ParallelMode mode :
        {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
-    SCOPED_TRACE(mode_name(mode));
-    LayerRunSpec spec;
-    spec.layer = small(mode, mode == ParallelMode::single ? 1 : 2);
-    spec.steps = 1;
-    spec.check = false;  // the reference layer's ops are not the run's
-    ScopeRecorder recorder;
-    run_spmd(spec.layer.degree, SpmdOptions{}, [&](RankEnv& env) {
-      ObserverGuard attach(env.ctx, recorder);
-      run_layer_rank(env, spec);
-    });
-    const std::set<std::string> seen = recorder.scopes();
-    for (const std::string& scope : seen) {
-      if (scope.empty()) continue;  // the run's own ops outside the layer (data, the optimiser)
-      EXPECT_TRUE(allowed.count(scope))
-          << "an op ran in scope \"" << scope << "\", which the layer's declaration does not have";
-    }
-    for (const std::string& scope : declared_scopes()) {
-      EXPECT_TRUE(seen.count(scope)) << "the declared module " << scope << " never ran";
+    for (const LayerConfig& c : variants(mode, mode == ParallelMode::single ? 1 : 2)) {
+      SCOPED_TRACE(variant_name(c));
+      std::set<std::string> allowed = declared_scopes(c);
+      allowed.insert(decl::kLossScope);
+      allowed.insert(decl::kGradReduceScope);
+      LayerRunSpec spec;
+      spec.layer = c;
+      spec.steps = 1;
+      spec.check = false;  // the reference layer's ops are not the run's
+      ScopeRecorder recorder;
+      run_spmd(spec.layer.degree, SpmdOptions{}, [&](RankEnv& env) {
+        ObserverGuard attach(env.ctx, recorder);
+        run_layer_rank(env, spec);
+      });
+      const std::set<std::string> seen = recorder.scopes();
+      for (const std::string& scope : seen) {
+        if (scope.empty()) continue;  // the run's own ops outside the layer (data, the optimiser)
+        EXPECT_TRUE(allowed.count(scope)) << "an op ran in scope \"" << scope
+                                          << "\", which the layer's declaration does not have";
+      }
+      for (const std::string& scope : declared_scopes(c)) {
+        EXPECT_TRUE(seen.count(scope)) << "the declared module " << scope << " never ran";
+      }
     }
   }
 }
 
 TEST(LayerDecl, DropoutSitesAndLookupsNameWhatIsDeclared) {
-  const decl::Modules& m = decl::layer();
+  const LayerConfig gpt;
+  const decl::Modules& m = decl::layer(gpt);
   EXPECT_EQ(m.attn_dropout.dropout_site, kAttentionProbs);
   EXPECT_EQ(m.out_dropout.dropout_site, kAttentionOutput);
   EXPECT_EQ(m.mlp_dropout.dropout_site, kMlpOutput);
   EXPECT_EQ(decl::weight(m.qkv), "attn.qkv.weight");
   try {
-    decl::module("attn.qvk");
+    decl::module(gpt, "attn.qvk");
     FAIL() << "an undeclared module was found";
   } catch (const ArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("no module \"attn.qvk\" (declared: ln1, attn.qkv,"),
@@ -187,7 +232,7 @@ TEST(LayerDecl, DropoutSitesAndLookupsNameWhatIsDeclared) {
         << e.what();
   }
   try {
-    decl::bias(m.gelu);
+    decl::bias(m.act);
     FAIL() << "gelu has no bias";
   } catch (const ArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("module mlp.gelu has no parameter bias (declared: none)"),

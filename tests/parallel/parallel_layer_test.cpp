@@ -12,7 +12,9 @@
 #include <string>
 #include <tuple>
 
+#include "parallel/layers/layer_decl.h"
 #include "parallel/layers/parallel_layer.h"
+#include "parallel/models/comm_model.h"
 #include "parallel/models/memory_model.h"
 #include "parallel/run/layer_run.h"
 #include "tests/backend_testing.h"
@@ -177,6 +179,76 @@ TEST_P(ParallelLayerRuns, KeepingTheGatheredInputMatchesItsFormula) {
 INSTANTIATE_TEST_SUITE_P(Backends, ParallelLayerRuns, testing::all_backends(),
                          testing::BackendName());
 
+// The layer's options (layer_decl.h): RMSNorm, SwiGLU with its own f, no biases, and Llama's
+// three together, in every mode at degrees 1 to 4: the reference check on every tensor, the
+// saved activations equal to the model term by term, the collectives equal to the model.
+using OptionCase = std::tuple<ParallelMode, int, TestBackend>;
+
+std::vector<std::pair<std::string, LayerConfig>> layer_options(const LayerConfig& base) {
+  std::vector<std::pair<std::string, LayerConfig>> out(4, {"", base});
+  out[0].first = "llama: rmsnorm, swiglu, no bias";
+  out[0].second.norm = Norm::rmsnorm;
+  out[0].second.mlp = Mlp::swiglu;
+  out[0].second.bias = false;
+  out[1].first = "swiglu, f = 36 (3h/4)";
+  out[1].second.mlp = Mlp::swiglu;
+  out[1].second.ffn = 36;
+  out[2].first = "rmsnorm, random norms";
+  out[2].second.norm = Norm::rmsnorm;
+  out[2].second.random_norms = true;
+  out[3].first = "gelu, no bias, f = 60";
+  out[3].second.bias = false;
+  out[3].second.ffn = 60;
+  return out;
+}
+
+class LayerOptions : public ::testing::TestWithParam<OptionCase> {
+ protected:
+  void SetUp() override {
+    SHARDSCOPE_SKIP_IF_MISSING(
+        testing::missing_for_ranks(std::get<2>(GetParam()), std::get<1>(GetParam())));
+  }
+};
+
+TEST_P(LayerOptions, MatchTheSingleDeviceLayerAndTheModels) {
+  const auto [mode, degree, backend] = GetParam();
+  for (const auto& [name, layer] : layer_options(small_spec(mode, degree, 0.1, DType::f32).layer)) {
+    LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
+    spec.layer = layer;
+    const std::string what = name + ", " + mode_name(mode) + " t=" + std::to_string(degree);
+    const std::vector<RankRun> runs = run_all_ranks(spec, backend);
+    const CheckResult& check = runs[0].check;
+    ASSERT_TRUE(check.ran) << what;
+    const std::size_t params = decl::parameters(spec.layer).size();
+    EXPECT_EQ(check.tensors.size(), 3u + 2u * params) << what;
+    for (const TensorCheck& t : check.tensors) {
+      EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
+                            << " elements out of tolerance, max_rel_err " << t.max_rel_err;
+    }
+    for (const RankRun& run : runs) {
+      EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
+      EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
+      for (const MeasuredTerm& term : run.memory.terms) {
+        EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
+      }
+      expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
+    }
+  }
+}
+
+std::string option_case_name(const ::testing::TestParamInfo<OptionCase>& info) {
+  const auto [mode, degree, backend] = info.param;
+  std::string name = mode_name(mode);
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;
+  return name + "_t" + std::to_string(degree) + "_" + testing::backend_name(backend);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, LayerOptions,
+                         ::testing::Combine(::testing::Values(ParallelMode::tp, ParallelMode::tp_sp,
+                                                              ParallelMode::ulysses),
+                                            ::testing::Values(1, 2, 3, 4), testing::all_backends()),
+                         option_case_name);
+
 // random_norms starts the LayerNorms away from weight 1 and bias 0 (so their scale and shift act
 // on the output), and the parallel layer still matches the single-device one built the same way.
 TEST(ParallelLayer, RandomNormsStartAwayFromOneAndZeroAndStillMatch) {
@@ -223,6 +295,47 @@ TEST(ParallelLayer, FormulasAtThePapersShapesMatchTheirClosedForms) {
             (sbh * (16 * A + 2 * M) + as2b * (2 * A + M)) / t);
 }
 
+// The closed form is written from the declared terms: GPT's as the papers print it, and the
+// options' with their own coefficients (SwiGLU saves its 2f-wide input; f in its own size where
+// it is no multiple of h).
+TEST(ParallelLayer, TheFormulaTextIsTheTermsInClosedForm) {
+  LayerConfig c;
+  c.hidden = 16;
+  c.heads = 4;
+  c.degree = 2;
+  struct Case {
+    ParallelMode mode;
+    Mlp mlp;
+    std::int64_t ffn;
+    double dropout;
+    const char* formula;
+  };
+  const Case cases[] = {
+      {ParallelMode::single, Mlp::gelu, 0, 0.1, "sbh(16A + 2M) + as^2b(2A + M)"},
+      {ParallelMode::tp, Mlp::gelu, 0, 0.1, "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t"},
+      {ParallelMode::tp_sp, Mlp::gelu, 0, 0.1, "(sbh(16A + 2M) + as^2b(2A + M))/t"},
+      {ParallelMode::single, Mlp::gelu, 0, 0.0, "sbh(16A) + as^2b(A)"},
+      {ParallelMode::single, Mlp::swiglu, 0, 0.1, "sbh(20A + 2M) + as^2b(2A + M)"},
+      {ParallelMode::tp, Mlp::swiglu, 24, 0.1, "sbh(4A + 2M + 4A/t) + sbf(3A)/t + as^2b(2A + M)/t"},
+      {ParallelMode::ulysses, Mlp::swiglu, 24, 0.0, "(sbh(8A) + sbf(3A) + as^2b(A))/t"},
+  };
+  for (const Case& k : cases) {
+    c.mode = k.mode;
+    c.degree = k.mode == ParallelMode::single ? 1 : 2;
+    c.mlp = k.mlp;
+    c.ffn = k.ffn;
+    c.dropout = k.dropout;
+    EXPECT_EQ(activation_model(c, false).formula, k.formula)
+        << mode_name(k.mode) << " " << mlp_name(k.mlp) << " f=" << c.ffn_width();
+  }
+  // tp-sp keeping the gathered inputs: the two linear inputs stay whole.
+  c.mode = ParallelMode::tp_sp;
+  c.mlp = Mlp::gelu;
+  c.ffn = 0;
+  c.dropout = 0.1;
+  EXPECT_EQ(activation_model(c, true).formula, "sbh(2A + (14A + 2M)/t) + as^2b(2A + M)/t");
+}
+
 TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
   struct Case {
     ParallelMode mode;
@@ -235,6 +348,7 @@ TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
       {ParallelMode::tp_sp, 10, 32, 4, 4, "mode tp-sp: seq 10 must be divisible by degree 4"},
       {ParallelMode::ulysses, 16, 32, 4, 8, "mode ulysses: degree 8 is above heads 4"},
       {ParallelMode::ulysses, 18, 36, 6, 4, "mode ulysses: heads 6 must be divisible by degree 4"},
+      {ParallelMode::tp, 16, 32, 4, 4, "mode tp: ffn 30 must be divisible by degree 4"},
   };
   for (const Case& k : cases) {
     LayerConfig c;
@@ -243,6 +357,7 @@ TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
     c.hidden = k.hidden;
     c.heads = k.heads;
     c.degree = k.degree;
+    if (std::string(k.expected).find("ffn") != std::string::npos) c.ffn = 30;
     try {
       validate_parallel_config(c);
       ADD_FAILURE() << k.expected << ": accepted";

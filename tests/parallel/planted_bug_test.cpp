@@ -236,6 +236,40 @@ TEST(PlantedBugTable, ABugPlantedWhereItDoesNotApplyIsAnErrorNamingTheFieldAndIt
   EXPECT_THROW(c.validate(), ArgumentError);  // single device: nothing to plant
 }
 
+// The catalogue's bugs in Llama's layer (RMSNorm, SwiGLU, no biases): a bug of the norms' weight
+// gradients is caught there too, on those gradients alone; the bugs of parts the layer lacks (the
+// row-parallel biases, LayerNorm's centring) are refused naming what they need.
+TEST(PlantedBugTable, InLlamasLayerTheNormBugIsCaughtAndBugsOfMissingPartsAreRefused) {
+  LayerRunSpec spec = bug_spec(PlantedBug::sp_layernorm_grad_not_reduced, ParallelMode::tp_sp);
+  spec.layer.norm = Norm::rmsnorm;
+  spec.layer.mlp = Mlp::swiglu;
+  spec.layer.bias = false;
+  const BugRun run = run_with_bug(spec, "ln2.weight.grad");
+  EXPECT_FALSE(run.check.passed);
+  // The gradients, and the weights the update makes from them.
+  EXPECT_EQ(failed_names(run.check), (std::set<std::string>{"ln1.weight", "ln1.weight.grad",
+                                                            "ln2.weight", "ln2.weight.grad"}));
+  LayerConfig c = spec.layer;
+  c.planted_bug = PlantedBug::row_bias_grad_not_reduced;
+  try {
+    c.validate();
+    FAIL() << "a row-bias bug planted into a layer without biases";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("it needs bias on"));
+  }
+  c.planted_bug = PlantedBug::layernorm_local_shard;
+  c.mode = first_mode(c.planted_bug);
+  try {
+    c.validate();
+    FAIL() << "a LayerNorm bug planted into RMSNorm";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs norm layernorm, given rmsnorm"));
+  }
+  c.planted_bug = PlantedBug::f_backward_identity;
+  c.mode = ParallelMode::tp;
+  EXPECT_NO_THROW(c.validate());
+}
+
 TEST(PlantedBugTable, TheReferenceIgnoresTheBug) {
   Context a(0), b(0);
   const LayerRunSpec clean = bug_spec(PlantedBug::none, ParallelMode::tp_sp);

@@ -185,7 +185,7 @@ TEST(MemoryView, ASyntheticTraceSavesWhatTheActivationModelSays) {
   const LayerConfig c = layer_config_from_json(t.meta.config, "the synthetic trace");
   const ActivationModel model = activation_model(c, false);
   std::set<std::string> scopes{decl::kGradReduceScope};
-  for (const decl::ModuleDecl& m : decl::modules()) scopes.insert(m.scope);
+  for (const decl::ModuleDecl& m : decl::modules(c)) scopes.insert(m.scope);
   double saved = 0;
   for (const TraceEvent& e : t.events) {
     if (e.kind != TraceEventKind::op) continue;

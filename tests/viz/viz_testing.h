@@ -14,11 +14,12 @@
 
 namespace shardscope::viz::testing {
 
-// Runs `mode` at `degree` on threads for `steps` steps (s=16 b=2 h=32 a=4 unless given) and
-// returns its trace, read back from the file `shardscope run --trace` writes.
+// Runs `mode` at `degree` on threads for `steps` steps (s=16 b=2 h=32 a=4 unless given; the
+// layer's other fields as `options` sets them) and returns its trace, read back from the file
+// `shardscope run --trace` writes.
 inline TraceFile record_run(const std::string& mode, int degree, int steps = 1,
-                            std::int64_t seq = 16, std::int64_t hidden = 32,
-                            std::int64_t heads = 4) {
+                            std::int64_t seq = 16, std::int64_t hidden = 32, std::int64_t heads = 4,
+                            void (*options)(LayerConfig&) = nullptr) {
   RunOptions o;
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.degree = degree;
@@ -27,6 +28,7 @@ inline TraceFile record_run(const std::string& mode, int degree, int steps = 1,
   o.spec.layer.hidden = hidden;
   o.spec.layer.heads = heads;
   o.spec.steps = steps;
+  if (options) options(o.spec.layer);
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = std::string(info->test_suite_name()) + "_" + info->name() + "_" + mode;
   for (char& c : name) c = c == '/' ? '_' : c;  // parameterised tests are "Suite/Name/0"

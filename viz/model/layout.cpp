@@ -17,7 +17,7 @@ using Dims = std::vector<std::string>;
 
 // The sizes and placements every module builds from.
 struct Sizes {
-  std::int64_t s, b, h, a, d, f;  // f = 4h, the MLP's inner width
+  std::int64_t s, b, h, a, d, f;  // f, the MLP's inner width (4h unless the config sets it)
   LayerConfig config;
   ParallelMode mode;
   bool weights_sharded;  // tp, tp-sp: Megatron's column/row split of the four matrices
@@ -32,7 +32,7 @@ Sizes sizes_of(const LayerConfig& c) {
   z.h = c.hidden;
   z.a = c.heads;
   z.d = c.head_dim();
-  z.f = 4 * c.hidden;
+  z.f = c.ffn_width();
   z.config = c;
   z.mode = c.mode;
   z.weights_sharded = c.mode == ParallelMode::tp || c.mode == ParallelMode::tp_sp;
@@ -76,42 +76,53 @@ ModuleTensor param(const Sizes& z, const std::string& parameter) {
   return weight(p.decl->symbol, p.name, p.shape, decl::placement(*p.decl, z.mode), p.dims);
 }
 
+// The parameters the module declares, in the declared order.
+std::vector<ModuleTensor> params_of(const Sizes& z, const decl::ModuleDecl& module) {
+  std::vector<ModuleTensor> v;
+  for (const decl::ParamDecl& p : module.params)
+    v.push_back(param(z, decl::param_name(module, p.name)));
+  return v;
+}
+
+// A tensor of the MLP's [s, b, width] activations: Shard(2) where the weights are split.
+ModuleTensor mlp_tensor(const Sizes& z, std::string name, const char* role, decl::Width width) {
+  const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
+  return tensor(std::move(name), role, Shape{z.s, z.b, decl::width(width, z.config)}, p,
+                {"s", "b", decl::width_name(width, z.config)});
+}
+
 ModuleTensor act(const Sizes& z, std::string name, const char* role) {
   return tensor(std::move(name), role, Shape{z.s, z.b, z.h}, z.act, {"s", "b", "h"});
 }
 
-// ln1, ln2: LayerNorm over h on whatever rows the rank holds.
-std::vector<ModuleTensor> layernorm(const Sizes& z, const decl::ModuleDecl& ln, const char* input) {
-  return {act(z, input, "reads"), param(z, decl::weight(ln)), param(z, decl::bias(ln)),
-          act(z, std::string("x (") + ln.scope + " out)", "writes")};
+// ln1, ln2: LayerNorm or RMSNorm over h on whatever rows the rank holds.
+std::vector<ModuleTensor> norm(const Sizes& z, const decl::ModuleDecl& ln, const char* input) {
+  std::vector<ModuleTensor> v{act(z, input, "reads")};
+  for (ModuleTensor& p : params_of(z, ln)) v.push_back(std::move(p));
+  v.push_back(act(z, std::string("x (") + ln.scope + " out)", "writes"));
+  return v;
 }
 
 // attn.qkv, mlp.fc1: a column-parallel linear [s, b, h] -> [s, b, out]. tp-sp all-gathers the
 // sequence shards first (gather_matmul); ulysses multiplies its sequence shard by full weights.
 std::vector<ModuleTensor> column_linear(const Sizes& z, const decl::ModuleDecl& module,
-                                        const std::string& input, const std::string& output,
-                                        std::int64_t out, const char* out_dim) {
+                                        const std::string& input, const std::string& output) {
   std::vector<ModuleTensor> v{act(z, input, "reads")};
   if (z.mode == ParallelMode::tp_sp) {
     v.push_back(tensor(input + ", gathered", "writes", Shape{z.s, z.b, z.h}, Placement::replicate(),
                        {"s", "b", "h"}));
   }
-  v.push_back(param(z, decl::weight(module)));
-  v.push_back(param(z, decl::bias(module)));
-  const Placement out_placement = z.weights_sharded ? Placement::shard(2) : z.act;
-  v.push_back(tensor(output, "writes", Shape{z.s, z.b, out}, out_placement, {"s", "b", out_dim}));
+  for (ModuleTensor& p : params_of(z, module)) v.push_back(std::move(p));
+  v.push_back(mlp_tensor(z, output, "writes", module.params.front().out));  // the weight's out
   return v;
 }
 
 // attn.proj, mlp.fc2: a row-parallel linear [s, b, in] (Shard(2)) -> Partial [s, b, h], summed
 // by an all-reduce (tp: Replicate) or a reduce-scatter (tp-sp: Shard(0)), then the bias.
 std::vector<ModuleTensor> row_linear(const Sizes& z, const decl::ModuleDecl& module,
-                                     const std::string& input, std::int64_t in, const char* in_dim,
-                                     const std::string& output) {
-  const Placement in_placement = z.weights_sharded ? Placement::shard(2) : z.act;
-  std::vector<ModuleTensor> v{
-      tensor(input, "reads", Shape{z.s, z.b, in}, in_placement, {"s", "b", in_dim}),
-      param(z, decl::weight(module)), param(z, decl::bias(module))};
+                                     const std::string& input, const std::string& output) {
+  std::vector<ModuleTensor> v{mlp_tensor(z, input, "reads", module.params.front().in)};
+  for (ModuleTensor& p : params_of(z, module)) v.push_back(std::move(p));
   if (z.weights_sharded) {
     v.push_back(tensor(output + " partial", "writes", Shape{z.s, z.b, z.h}, Placement::partial(),
                        {"s", "b", "h"}));
@@ -197,9 +208,9 @@ std::vector<ModuleTensor> grad_reduce(const Sizes& z) {
 }
 
 std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
-  const decl::Modules& m = decl::layer();
-  if (scope == m.ln1.scope) return layernorm(z, m.ln1, "x (layer input)");
-  if (scope == m.qkv.scope) return column_linear(z, m.qkv, "x (ln1 out)", "qkv", 3 * z.h, "3h");
+  const decl::Modules& m = decl::layer(z.config);
+  if (scope == m.ln1.scope) return norm(z, m.ln1, "x (layer input)");
+  if (scope == m.qkv.scope) return column_linear(z, m.qkv, "x (ln1 out)", "qkv");
   if (scope == m.heads.scope) return heads_split(z);
   if (scope == m.scores.scope) {
     return {heads_tensor(z, "q", "reads", false), heads_tensor(z, "k", "reads", false),
@@ -213,7 +224,7 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
             heads_tensor(z, "probs (dropped)", "writes", true)};
   }
   if (scope == m.context.scope) return context(z);
-  if (scope == m.proj.scope) return row_linear(z, m.proj, "context (merged)", z.h, "h", "attn out");
+  if (scope == m.proj.scope) return row_linear(z, m.proj, "context (merged)", "attn out");
   if (scope == m.out_dropout.scope) {
     return {act(z, "attn out", "reads"), act(z, "attn out (dropped)", "writes")};
   }
@@ -221,14 +232,14 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
     return {act(z, "x (layer input)", "reads"), act(z, "attn out (dropped)", "reads"),
             act(z, "h1 (residual1 out)", "writes")};
   }
-  if (scope == m.ln2.scope) return layernorm(z, m.ln2, "h1 (residual1 out)");
-  if (scope == m.fc1.scope) return column_linear(z, m.fc1, "x (ln2 out)", "fc1 out", z.f, "4h");
-  if (scope == m.gelu.scope) {
-    const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
-    return {tensor("fc1 out", "reads", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"}),
-            tensor("gelu out", "writes", Shape{z.s, z.b, z.f}, p, {"s", "b", "4h"})};
+  if (scope == m.ln2.scope) return norm(z, m.ln2, "h1 (residual1 out)");
+  if (scope == m.fc1.scope) return column_linear(z, m.fc1, "x (ln2 out)", "fc1 out");
+  const std::string act_out = std::string(m.act.scope).substr(4) + " out";  // "gelu out"
+  if (scope == m.act.scope) {
+    return {mlp_tensor(z, "fc1 out", "reads", m.fc1.params.front().out),
+            mlp_tensor(z, act_out, "writes", m.fc2.params.front().in)};
   }
-  if (scope == m.fc2.scope) return row_linear(z, m.fc2, "gelu out", z.f, "4h", "mlp out");
+  if (scope == m.fc2.scope) return row_linear(z, m.fc2, act_out, "mlp out");
   if (scope == m.mlp_dropout.scope) {
     return {act(z, "mlp out", "reads"), act(z, "mlp out (dropped)", "writes")};
   }
@@ -244,25 +255,24 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
   }
   if (scope == decl::kGradReduceScope) return grad_reduce(z);
   std::string known;
-  for (const std::string& k : module_scopes()) known += (known.empty() ? "" : ", ") + k;
-  throw ArgumentError("module_layout: no module \"" + scope + "\" (known: " + known + ")");
+  for (const std::string& k : module_scopes(z.config)) known += (known.empty() ? "" : ", ") + k;
+  throw ArgumentError("module_layout: no module \"" + scope + "\" in a layer of norm " +
+                      norm_name(z.config.norm) + ", mlp " + mlp_name(z.config.mlp) +
+                      " (known: " + known + ")");
 }
 
 }  // namespace
 
-const std::vector<std::string>& module_scopes() {
-  static const std::vector<std::string> scopes = [] {
-    std::vector<std::string> out;  // the declared modules, then the run's loss and reduction
-    for (const decl::ModuleDecl& m : decl::modules()) out.emplace_back(m.scope);
-    out.emplace_back(decl::kLossScope);
-    out.emplace_back(decl::kGradReduceScope);
-    return out;
-  }();
-  return scopes;
+std::vector<std::string> module_scopes(const LayerConfig& config) {
+  std::vector<std::string> out;  // the declared modules, then the run's loss and reduction
+  for (const decl::ModuleDecl& m : decl::modules(config)) out.emplace_back(m.scope);
+  out.emplace_back(decl::kLossScope);
+  out.emplace_back(decl::kGradReduceScope);
+  return out;
 }
 
 bool has_module_layout(const std::string& scope) {
-  const std::vector<std::string>& s = module_scopes();
+  const std::vector<std::string>& s = decl::known_scopes();
   return std::find(s.begin(), s.end(), scope) != s.end();
 }
 

@@ -35,8 +35,9 @@ struct ModuleLayout {
   std::vector<ModuleTensor> tensors;
 };
 
-// The module scopes of the layer, in forward order, then "loss" and "grad_reduce".
-const std::vector<std::string>& module_scopes();
+// The module scopes of the layer of `config`, in forward order, then "loss" and "grad_reduce".
+std::vector<std::string> module_scopes(const LayerConfig& config);
+// Whether `scope` is a module of a layer of any configuration (decl::known_scopes).
 bool has_module_layout(const std::string& scope);
 
 // The layout of `scope` for config.mode at config.degree (single: degree 1, all Replicate).

@@ -59,6 +59,8 @@ KindRun run_of(decl::Kind kind) {
   switch (kind) {
     case decl::Kind::layernorm:
       return {"layernorm", 12, 20, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::rmsnorm:
+      return {"rmsnorm", 10, 16, {kNone, kNone}, {kNone, kNone}, 0, 0};
     case decl::Kind::column_linear:
       return {"gather_matmul",
               50,
@@ -86,6 +88,8 @@ KindRun run_of(decl::Kind kind) {
       return {"dropout", 7, 7, {kNone, kNone}, {kNone, kNone}, 0, 0};
     case decl::Kind::gelu:
       return {"gelu", 20, 25, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::swiglu:
+      return {"swiglu", 25, 30, {kNone, kNone}, {kNone, kNone}, 0, 0};
     case decl::Kind::residual:
       return {"add", 4, 4, {kNone, kNone}, {kNone, kNone}, 0, 0};
   }
@@ -97,20 +101,21 @@ KindRun run_of(decl::Kind kind) {
 // all-reduce of the replicated parameters' partial gradients.
 std::vector<Stage> make_stages(const LayerConfig& c, double shard_bytes) {
   const ActivationModel model = activation_model(c, false);
-  const double norms = decl::count(decl::Kind::layernorm);
+  // The norms' statistics (the model's extras) shared out by how many each norm keeps per row.
+  double statistics = 0;
+  for (const decl::ModuleDecl& m : decl::modules(c)) statistics += m.row_statistics;
   std::vector<Stage> forward;
-  for (const decl::ModuleDecl& m : decl::modules()) {
+  for (const decl::ModuleDecl& m : decl::modules(c)) {
     const KindRun k = run_of(m.kind);
     double saved = 0;
     for (const ActivationTerm& t : model.terms) saved += t.scope == m.scope ? t.bytes : 0;
-    const double extra =
-        m.kind == decl::Kind::layernorm && norms > 0 ? model.extras_bytes / norms : 0;
+    const double extra = statistics > 0 ? model.extras_bytes * m.row_statistics / statistics : 0;
     forward.push_back({m.scope, k.op, kF, k.forward_us, (saved + extra) / shard_bytes,
                        extra / shard_bytes, k.forward, k.forward_count});
   }
   std::vector<Stage> stages = forward;
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
-    const KindRun k = run_of(decl::module(it->scope).kind);
+    const KindRun k = run_of(decl::module(c, it->scope).kind);
     stages.push_back({it->scope, it->op, kB, k.backward_us, 0, 0, k.backward, k.backward_count});
   }
   double partial = 0;  // elements of the parameters whose gradients are partial sums, in h

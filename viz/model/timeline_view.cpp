@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "parallel/comm/comm_log.h"
+#include "parallel/models/comm_model.h"
 #include "viz/model/view_model.h"
 
 namespace shardscope::viz {
