@@ -74,8 +74,8 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
   run.add_flag(
       "--random-norms", c.random_norms,
-      "start the LayerNorms at weight 1 + N(0, 0.1) and bias N(0, 0.1) instead of 1 and 0, "
-      "so a mistake in their scale or shift shows in the output");
+      "start the norms at weight 1 + N(0, 0.1) (LayerNorm's bias at N(0, 0.1)) instead of 1 "
+      "and 0, so a mistake in their scale or shift shows in the output");
   run.add_option("--plant-bug", text.plant_bug,
                  "plant one known bug of the catalogue (docs/bug-catalogue.md) into the parallel "
                  "layer, to see the check catch it: " +
