@@ -78,6 +78,30 @@ void expect_comm_matches_model(const std::vector<CommLine>& measured,
   }
 }
 
+// Every step checked in lockstep and passed: the output, the loss, input.grad, each declared
+// parameter's gradient and the parameter after the update; on every rank the saved activations
+// equal to the model term by term and the collectives to the communication model.
+void expect_checked_and_modelled(const LayerRunSpec& spec, const std::vector<RankRun>& runs,
+                                 const std::string& what) {
+  const CheckResult& check = runs[0].check;
+  ASSERT_TRUE(check.ran) << what;
+  EXPECT_EQ(check.steps_checked, spec.steps) << what;
+  EXPECT_EQ(check.step, spec.steps - 1) << what;
+  EXPECT_EQ(check.tensors.size(), 3u + 2u * decl::parameters(spec.layer).size()) << what;
+  for (const TensorCheck& t : check.tensors) {
+    EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
+                          << " elements out of tolerance, max_rel_err " << t.max_rel_err;
+  }
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
+    EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
+    for (const MeasuredTerm& term : run.memory.terms) {
+      EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
+    }
+    expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
+  }
+}
+
 using ModeCase = std::tuple<ParallelMode, int, double, DType, TestBackend>;
 
 // "tp_sp_t2_p10_f32_cuda": the mode, the degree, the dropout in percent, the dtype and the backend.
@@ -102,26 +126,8 @@ TEST_P(ParallelModes, MatchTheSingleDeviceLayerAndTheModels) {
   const auto [mode, degree, dropout, dtype, backend] = GetParam();
   const LayerRunSpec spec = small_spec(mode, degree, dropout, dtype);
   const std::string what = std::string(mode_name(mode)) + " t=" + std::to_string(degree);
-  const std::vector<RankRun> runs = run_all_ranks(spec, backend);
-  const CheckResult& check = runs[0].check;
-  ASSERT_TRUE(check.ran);
-  // Every step, in lockstep: output, loss, input.grad, twelve parameter gradients and the twelve
-  // parameters after the update.
-  EXPECT_EQ(check.steps_checked, spec.steps) << what;
-  EXPECT_EQ(check.step, spec.steps - 1) << what;
-  EXPECT_EQ(check.tensors.size(), 3u + 2u * 12u);
-  for (const TensorCheck& t : check.tensors) {
-    EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
-                          << " elements out of tolerance, max_rel_err " << t.max_rel_err;
-  }
-  for (const RankRun& run : runs) {
-    EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
-    EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
-    for (const MeasuredTerm& term : run.memory.terms) {
-      EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
-    }
-    expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
-  }
+  EXPECT_EQ(decl::parameters(spec.layer).size(), 12u);  // GPT's layer
+  expect_checked_and_modelled(spec, run_all_ranks(spec, backend), what);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, ParallelModes,
@@ -216,23 +222,7 @@ TEST_P(LayerOptions, MatchTheSingleDeviceLayerAndTheModels) {
     LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
     spec.layer = layer;
     const std::string what = name + ", " + mode_name(mode) + " t=" + std::to_string(degree);
-    const std::vector<RankRun> runs = run_all_ranks(spec, backend);
-    const CheckResult& check = runs[0].check;
-    ASSERT_TRUE(check.ran) << what;
-    const std::size_t params = decl::parameters(spec.layer).size();
-    EXPECT_EQ(check.tensors.size(), 3u + 2u * params) << what;
-    for (const TensorCheck& t : check.tensors) {
-      EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
-                            << " elements out of tolerance, max_rel_err " << t.max_rel_err;
-    }
-    for (const RankRun& run : runs) {
-      EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
-      EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
-      for (const MeasuredTerm& term : run.memory.terms) {
-        EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
-      }
-      expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
-    }
+    expect_checked_and_modelled(spec, run_all_ranks(spec, backend), what);
   }
 }
 
