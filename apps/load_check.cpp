@@ -32,12 +32,20 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   };
   add_name("--norm", norm_name(run.norm), norm_name(dump.norm));
   add_name("--mlp", mlp_name(run.mlp), mlp_name(dump.mlp));
-  if (run.bias && !dump.bias) out += std::string(out.empty() ? "" : " ") + "--no-bias";
   if (run.dtype != dump.dtype) {
     out += std::string(out.empty() ? "" : " ") + "--dtype " + dtype_name(dump.dtype);
   }
-  if (!run.bias && dump.bias) {  // a flag to leave out, not one to type
-    return out.empty() ? "without --no-bias" : "with " + out + " and without --no-bias";
+  // The switches: a flag to type, or one to leave out.
+  std::string without;
+  auto add_switch = [&](const char* flag, bool run_on, bool dump_on) {
+    if (run_on == dump_on) return;
+    std::string& to = dump_on ? out : without;
+    to += std::string(to.empty() ? "" : " ") + flag;
+  };
+  add_switch("--no-bias", !run.bias, !dump.bias);
+  add_switch("--rope", run.rope, dump.rope);
+  if (!without.empty()) {
+    return out.empty() ? "without " + without : "with " + out + " and without " + without;
   }
   return out.empty() ? out : "with " + out;
 }

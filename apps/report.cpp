@@ -29,6 +29,8 @@ nlohmann::json config_json(const RunOptions& o) {
           {"mlp", mlp_name(c.mlp)},
           {"ffn", c.ffn_width()},
           {"bias", c.bias},
+          {"rope", c.rope},
+          {"rope_base", c.rope_base},
           {"check", o.spec.check},
           {"keep_gathered_input", o.spec.keep_gathered_input},
           {"backend", backend_name(o.backend)},

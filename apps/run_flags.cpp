@@ -62,6 +62,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
       ->capture_default_str();
   run.add_option("--ffn", c.ffn, "the MLP's inner width f (default 4h)");
   run.add_flag("--no-bias", text.no_bias, "linears without biases (as Llama's)");
+  run.add_flag("--rope", c.rope,
+               "rotary position embedding of the queries and keys (rotate-half, as Llama's)");
+  run.add_option("--rope-base", c.rope_base, "the rotary embedding's base (theta)")
+      ->capture_default_str();
   run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
   run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
@@ -135,7 +139,7 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--random-norms", "--check-steps",   "--plant-bug",
                                        "--log-every",    "--overwrite",     "--trace-events",
                                        "--norm",         "--mlp",           "--ffn",
-                                       "--no-bias"};
+                                       "--no-bias",      "--rope",          "--rope-base"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }

@@ -56,6 +56,11 @@ class Backend {
   // SwiGLU: x [.., 2f] holds (gate, up) pairs interleaved, y and dy [.., f], dx [.., 2f].
   virtual void swiglu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // Rotary position embedding (kernels/rope.h): x and y [.., d], d even, the pairs (i, i + d/2)
+  // of each row rotated by position theta_i, the row's position first_position + its index along
+  // seq_dim. inverse rotates by -angle: backward, called with dy for x and dx for y.
+  virtual void rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position, double base,
+                            bool inverse, Tensor& y) = 0;
   virtual void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
                                Tensor& y) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) = 0;

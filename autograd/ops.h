@@ -28,6 +28,13 @@ Tensor gelu(const Tensor& x);
 // y[.., j] = silu(x[.., 2j]) x[.., 2j + 1], silu(a) = a sigmoid(a). Interleaved, a column shard
 // of whole pairs holds matching gates and up values. Saves its input.
 Tensor swiglu(const Tensor& x);
+// Rotary position embedding (RoFormer) over the last dim d (even), in the rotate-half convention
+// of Megatron-LM and Llama: pair i < d/2 is (x[i], x[i + d/2]), rotated by angle = p theta_i,
+// theta_i = base^(-2i/d), at position p = first_position + the element's index along seq_dim
+// (0 <= seq_dim < rank - 1): y[i] = x[i] cos - x[i + d/2] sin, y[i + d/2] = x[i + d/2] cos +
+// x[i] sin. A shard of the sequence starting at global position P passes first_position = P.
+// Saves nothing: its backward is the rotation by -angle.
+Tensor rope(const Tensor& x, int seq_dim, std::int64_t first_position, double base = 10000.0);
 // Inverted dropout with Philox masks (see DropoutSpec). Saves the u8 mask; p == 0 is the
 // identity and saves nothing. p must be in [0, 1).
 Tensor dropout(const Tensor& x, const DropoutSpec& spec);

@@ -200,6 +200,8 @@ json layer_config_json(const LayerConfig& c) {
           {"mlp", mlp_name(c.mlp)},
           {"ffn", c.ffn_width()},
           {"bias", c.bias},
+          {"rope", c.rope},
+          {"rope_base", c.rope_base},
           {"dtype", dtype_name(c.dtype)},
           {"mode", mode_name(c.mode)},
           {"degree", c.degree}};
@@ -232,6 +234,8 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
     if (j.contains("norm")) c.norm = parse_norm(j.at("norm").get<std::string>());
     if (j.contains("mlp")) c.mlp = parse_mlp(j.at("mlp").get<std::string>());
     if (j.contains("bias")) c.bias = j.at("bias").get<bool>();
+    if (j.contains("rope")) c.rope = j.at("rope").get<bool>();
+    if (j.contains("rope_base")) c.rope_base = j.at("rope_base").get<double>();
     if (j.contains("dtype")) c.dtype = parse_dtype_name(j.at("dtype").get<std::string>());
     if (j.contains("mode")) c.mode = parse_mode(j.at("mode").get<std::string>());
   } catch (const json::exception& e) {

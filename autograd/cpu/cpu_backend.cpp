@@ -16,6 +16,7 @@
 #include "autograd/kernels/gelu.h"
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
+#include "autograd/kernels/rope.h"
 #include "autograd/kernels/swiglu.h"
 #include "autograd/reference/reference_backend.h"
 
@@ -356,6 +357,32 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
         kernels::swiglu_grad(in[2 * i], in[2 * i + 1], g[i], o[2 * i], o[2 * i + 1]);
       }
     });
+  });
+}
+
+// Each thread a range of rows of d, each row at one position, rotating its d/2 pairs
+// (x[i], x[i + d/2]).
+void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
+                              double base, bool inverse, Tensor& y) {
+  const kernels::RopeGeometry g =
+      kernels::rope_geometry(x.shape().dims().data(), x.rank(), seq_dim, first_position, base);
+  dispatch_floating(x.dtype(), "rope_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data<T>();
+    T* o = y.data<T>();
+    const std::int64_t d = g.d, half = d / 2;
+    auto rows = [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t row = first; row < end; ++row) {
+        const std::int64_t position = kernels::rope_row_position(row, g);
+        const T* a = in + row * d;
+        T* out = o + row * d;
+        for (std::int64_t i = 0; i < half; ++i) {
+          kernels::rope_rotate(a[i], a[i + half], kernels::rope_angle(position, i, d, g.base),
+                               inverse, out[i], out[i + half]);
+        }
+      }
+    };
+    threads_.parallel_for(x.numel() / d, std::max<std::int64_t>(kCostlyGrain / d, 1), rows);
   });
 }
 

@@ -37,6 +37,8 @@ class CpuBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void swiglu_forward(const Tensor& x, Tensor& y) override;
   void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position, double base,
+                    bool inverse, Tensor& y) override;
   void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
 

@@ -128,6 +128,8 @@ class CudaBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void swiglu_forward(const Tensor& x, Tensor& y) override;
   void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position, double base,
+                    bool inverse, Tensor& y) override;
   void dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask, Tensor& y) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) override;
 
@@ -420,6 +422,21 @@ void CudaBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx)
         <<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), dy.data<T>(), dx.data<T>(), n);
   });
   SS_CUDA_CHECK_LAUNCH("swiglu_backward");
+}
+
+void CudaBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
+                               double base, bool inverse, Tensor& y) {
+  activate();
+  const std::int64_t n = x.numel();
+  if (!n) return;
+  const kernels::RopeGeometry g =
+      kernels::rope_geometry(x.shape().dims().data(), x.rank(), seq_dim, first_position, base);
+  dispatch_floating(x.dtype(), "rope_forward", [&](auto tag) {
+    using T = decltype(tag);
+    k::rope_forward<T>
+        <<<grid_for(n), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(), n, g, inverse);
+  });
+  SS_CUDA_CHECK_LAUNCH("rope_forward");
 }
 
 void CudaBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,

@@ -10,6 +10,7 @@
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/losses.h"
 #include "autograd/kernels/philox.h"
+#include "autograd/kernels/rope.h"
 #include "autograd/kernels/softmax.h"
 #include "autograd/kernels/swiglu.h"
 
@@ -138,6 +139,13 @@ __global__ void swiglu_backward(const T* x, const T* dy, T* dx, std::int64_t n) 
   SS_GRID_STRIDE(i, n) {
     kernels::swiglu_grad(x[2 * i], x[2 * i + 1], dy[i], dx[2 * i], dx[2 * i + 1]);
   }
+}
+
+// n elements of x; y[i] is element i's half of its pair's rotation (by -angle when inverse).
+template <class T>
+__global__ void rope_forward(const T* x, T* y, std::int64_t n, kernels::RopeGeometry g,
+                             bool inverse) {
+  SS_GRID_STRIDE(i, n) y[i] = kernels::rope_element(x, i, g, inverse);
 }
 
 // local_to_global maps a local linear index to its offset from `origin` in the global tensor.

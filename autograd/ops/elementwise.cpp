@@ -1,5 +1,6 @@
-// Elementwise ops: add (bias broadcasting), mul, scale, gelu, swiglu, dropout.
+// Elementwise ops: add (bias broadcasting), mul, scale, gelu, swiglu, rope, dropout.
 #include <cmath>
+#include <sstream>
 #include <string>
 
 #include "autograd/errors.h"
@@ -132,6 +133,41 @@ Tensor swiglu(const Tensor& x) {
       return std::vector<Tensor>{dx};
     });
     node.save(x);
+  }
+  return r.finish(y);
+}
+
+Tensor rope(const Tensor& x, int seq_dim, std::int64_t first_position, double base) {
+  OpRecord r("rope", {x});
+  ops_detail::check_floating(r, x, "x");
+  if (x.rank() < 2 || x.dim(-1) < 2 || x.dim(-1) % 2 != 0) {
+    throw ShapeError(r.where() + ": x must have rank >= 2 and an even last dim d >= 2 (d/2 " +
+                     "pairs (i, i + d/2) to rotate), given " + x.describe());
+  }
+  if (seq_dim < 0 || seq_dim >= x.rank() - 1) {
+    throw ShapeError(r.where() + ": seq_dim must be in [0, " + std::to_string(x.rank() - 1) +
+                     ") (a dim before the last, which holds the pairs), given " +
+                     std::to_string(seq_dim) + " for x " + x.describe());
+  }
+  if (first_position < 0) {
+    throw ArgumentError(r.where() + ": first_position must be >= 0, given " +
+                        std::to_string(first_position));
+  }
+  if (!(std::isfinite(base) && base > 1.0)) {
+    std::ostringstream given;
+    given << base;
+    throw ArgumentError(r.where() + ": base must be finite and > 1, given " + given.str());
+  }
+  Tensor y = new_like(x);
+  r.ctx().backend().rope_forward(x, seq_dim, first_position, base, false, y);
+  if (r.needs_grad()) {
+    // y = R(angle) x on each pair (x[i], x[i + d/2]): dx = R(angle)^T dy = R(-angle) dy, the same
+    // kernel with inverse set. Nothing saved: the angles come from the settings alone.
+    r.record([seq_dim, first_position, base](Node&, const std::vector<Tensor>& g) {
+      Tensor dx = new_like(g[0]);
+      g[0].ctx().backend().rope_forward(g[0], seq_dim, first_position, base, true, dx);
+      return std::vector<Tensor>{dx};
+    });
   }
   return r.finish(y);
 }

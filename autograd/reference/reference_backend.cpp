@@ -245,6 +245,34 @@ void ReferenceBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor
   });
 }
 
+// x and y [.., d], positions along seq_dim. Element e at multi-index idx sits at position
+// p = first_position + idx[seq_dim] and place j = idx[last] of its row; with half = d / 2 its pair
+// is k = j mod half, partner element e + half (j < half) or e - half (j >= half), and
+//   angle = p base^(-2k / d),  s = sin(angle), or -sin(angle) when inverse
+//   y[e] = x[e] cos(angle) - x[e + half] s   (j < half)
+//   y[e] = x[e] cos(angle) + x[e - half] s   (j >= half)
+void ReferenceBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
+                                    double base, bool inverse, Tensor& y) {
+  with_floating(x.dtype(), "rope_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const std::int64_t d = x.shape()[x.rank() - 1], half = d / 2;
+    for (std::int64_t e = 0; e < x.numel(); ++e) {
+      const std::vector<std::int64_t> idx = unravel(e, x.shape());
+      const double p = static_cast<double>(first_position + idx[static_cast<std::size_t>(seq_dim)]);
+      const std::int64_t j = idx.back();
+      const std::int64_t k = j < half ? j : j - half;
+      const double angle =
+          p * std::pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(d));
+      const double s = inverse ? -std::sin(angle) : std::sin(angle);
+      const double own = x.data<T>()[e];
+      const double partner = x.data<T>()[j < half ? e + half : e - half];
+      const double out =
+          j < half ? own * std::cos(angle) - partner * s : own * std::cos(angle) + partner * s;
+      y.data<T>()[e] = static_cast<T>(out);
+    }
+  });
+}
+
 // One Philox round on the counter (c0, c1, c2, c3) with key (k0, k1):
 //   (hi0, lo0) = 0xD2511F53 * c0,  (hi1, lo1) = 0xCD9E8D57 * c2   (64-bit products)
 //   c' = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)

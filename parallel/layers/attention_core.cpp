@@ -20,6 +20,15 @@ HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64
           reshape(parts[2], {b, heads, s, d})};
 }
 
+HeadTensors rotary(const LayerConfig& config, const HeadTensors& qkv, int seq_dim,
+                   std::int64_t first_position) {
+  const decl::ModuleDecl* module = decl::layer(config).rope;
+  if (!module) return qkv;
+  ScopeGuard scope(qkv.q.ctx(), module->scope);
+  return {rope(qkv.q, seq_dim, first_position, config.rope_base),
+          rope(qkv.k, seq_dim, first_position, config.rope_base), qkv.v};
+}
+
 Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor& x, int site,
                      const Shape& global, std::vector<std::int64_t> offset) {
   ScopeGuard guard(x.ctx(), scope);

@@ -19,6 +19,11 @@ struct HeadTensors {
 // d = config.head_dim(). Scope: attn.heads's (layer_decl.h).
 HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads);
 
+// With config.rope, q and k rotated by their positions (attn.rope's scope): `seq_dim` holds the
+// positions, the first of them `first_position` (a sequence shard's global offset); else `qkv`.
+HeadTensors rotary(const LayerConfig& config, const HeadTensors& qkv, int seq_dim,
+                   std::int64_t first_position);
+
 // The scopes of the declared modules attn.scores, attn.softmax, attn.dropout and attn.context
 // (layer_decl.h). `first_head` is the global index of this rank's first head, so its dropout mask
 // is the single-device mask's slice. Returns the context [b, heads, s, d].

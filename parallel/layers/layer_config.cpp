@@ -2,6 +2,7 @@
 #include "parallel/layers/layer_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "autograd/errors.h"
@@ -60,6 +61,7 @@ std::string LayerConfig::shape_text() const {
   if (norm != Norm::layernorm) text += std::string(", ") + norm_name(norm);
   if (mlp != Mlp::gelu) text += std::string(", ") + mlp_name(mlp);
   if (!bias) text += ", no biases";
+  if (rope) text += ", rope";
   return text;
 }
 
@@ -92,6 +94,15 @@ void LayerConfig::validate() const {
   if (!is_floating(dtype)) {
     throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": the layer runs in f32 or f64",
                       {"dtype"});
+  }
+  if (!(rope_base > 1.0) || !std::isfinite(rope_base)) {
+    throw ConfigError("rope_base must be a finite number > 1, given " + std::to_string(rope_base),
+                      {"rope_base"});
+  }
+  if (rope && head_dim() % 2 != 0) {
+    throw ConfigError("rope rotates pairs of a head's features: hidden / heads = " +
+                          std::to_string(head_dim()) + " must be even",
+                      {"rope", "hidden", "heads"});
   }
   if (!(layernorm_eps > 0.0)) {
     throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),

@@ -46,6 +46,10 @@ struct LayerConfig {
   Mlp mlp = Mlp::gelu;
   std::int64_t ffn = 0;  // f, the MLP's inner width; 0: 4h
   bool bias = true;      // the linears' biases (a norm's bias comes with LayerNorm)
+  // Rotary position embedding (Su et al. 2021) of the queries and keys, in the rotate-half
+  // convention of Megatron-LM and Llama, each position p rotated by p base^(-2i/d).
+  bool rope = false;
+  double rope_base = 10000.0;
   // LayerNorm weights 1 and biases 0 (the usual start, PyTorch's), or, when set, weights
   // 1 + Normal(0, 0.1) and biases Normal(0, 0.1): a mistake in a LayerNorm's scale or shift (a
   // gradient never reduced, a parameter sliced wrong) then shows in the output too.

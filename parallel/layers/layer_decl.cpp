@@ -73,7 +73,7 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
   // Scopes name where each module's ops run; their order is the forward's. Ops of no module
   // (there are none inside the layer) would run in the layer's own scope.
   const Width fc1_out = c.mlp == Mlp::swiglu ? Width::gate_up : Width::ffn;
-  return {
+  std::vector<ModuleDecl> modules{
       norm(c, "ln1", "LayerNorm 1 input", "RMSNorm 1 input", "ln1 weight", "ln1 bias"),
       {"attn.qkv",
        Kind::column_linear,
@@ -125,6 +125,12 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
        2},
       {"residual2", Kind::residual, {}, {}},
   };
+  if (c.rope) {  // after the heads are split: q and k rotated where they stand
+    const auto heads = std::find_if(modules.begin(), modules.end(),
+                                    [](const ModuleDecl& m) { return m.kind == Kind::heads; });
+    modules.insert(heads + 1, ModuleDecl{"attn.rope", Kind::rope, {}, {}});
+  }
+  return modules;
 }
 
 const ModuleDecl& find_module(const std::vector<ModuleDecl>& modules, const std::string& scope);
@@ -136,6 +142,8 @@ Modules roles_of(const std::vector<ModuleDecl>& d) {
     return x.kind == Kind::gelu || x.kind == Kind::swiglu;
   });
   if (act == d.end()) throw StateError("layer declaration: no MLP activation (GeLU or SwiGLU)");
+  const auto rope =
+      std::find_if(d.begin(), d.end(), [](const ModuleDecl& x) { return x.kind == Kind::rope; });
   return {m("ln1"),
           m("attn.qkv"),
           m("attn.heads"),
@@ -151,7 +159,8 @@ Modules roles_of(const std::vector<ModuleDecl>& d) {
           *act,
           m("mlp.fc2"),
           m("mlp.dropout"),
-          m("residual2")};
+          m("residual2"),
+          rope == d.end() ? nullptr : &*rope};
 }
 
 const ParamDecl* find_param(const ModuleDecl& m, const char* name) {
@@ -232,9 +241,9 @@ LayerDecl::LayerDecl(std::vector<ModuleDecl> declared)
 const LayerDecl& declaration(const LayerConfig& c) {
   // One declaration per choice of the fields that shape it; ranks (threads) share them.
   static std::mutex mutex;
-  static std::map<std::tuple<Norm, Mlp, bool>, std::unique_ptr<LayerDecl>> made;
+  static std::map<std::tuple<Norm, Mlp, bool, bool>, std::unique_ptr<LayerDecl>> made;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias}];
+  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope}];
   if (!d) d = std::make_unique<LayerDecl>(declare(c));
   return *d;
 }
@@ -249,6 +258,7 @@ const std::vector<std::string>& known_scopes() {
     for (const Mlp mlp : {Mlp::gelu, Mlp::swiglu}) {
       LayerConfig c;
       c.mlp = mlp;
+      c.rope = true;
       for (const ModuleDecl& m : modules(c)) {
         if (std::find(out.begin(), out.end(), m.scope) == out.end()) out.emplace_back(m.scope);
       }

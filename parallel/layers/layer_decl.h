@@ -64,6 +64,7 @@ enum class Kind : std::uint8_t {
   dropout,
   context,  // probs x v, the heads merged back to [s, b, h]
   heads,    // the fused qkv split into per-head q, k, v (Ulysses: an all-to-all each)
+  rope,     // the rotary position embedding of q and k (saves nothing: its backward rotates back)
   gelu,
   swiglu,  // silu(gate) * up of fc1's interleaved gate and up columns
   residual,
@@ -106,14 +107,16 @@ struct ModuleDecl {
 };
 
 // The declared modules by role, for the code that runs them: each refers into the declaration's
-// modules. `act` is the MLP's activation: GeLU, or SwiGLU.
+// modules. `act` is the MLP's activation: GeLU, or SwiGLU; `rope` is null without rotary
+// embeddings.
 struct Modules {
   const ModuleDecl &ln1, &qkv, &heads, &scores, &softmax, &attn_dropout, &context, &proj,
       &out_dropout, &residual1, &ln2, &fc1, &act, &fc2, &mlp_dropout, &residual2;
+  const ModuleDecl* rope;
 };
 
-// The declaration of one layer's structure: what the configuration's norm, mlp and bias fields
-// choose. Shapes are resolved against a whole configuration (parameters()).
+// The declaration of one layer's structure: what the configuration's norm, mlp, bias and rope
+// fields choose. Shapes are resolved against a whole configuration (parameters()).
 struct LayerDecl {
   explicit LayerDecl(std::vector<ModuleDecl> declared);
   LayerDecl(const LayerDecl&) = delete;
@@ -123,7 +126,7 @@ struct LayerDecl {
   Modules roles;
 };
 
-// The declaration for `c` (made once per choice of norm, mlp and bias; thread-safe).
+// The declaration for `c` (made once per choice of norm, mlp, bias and rope; thread-safe).
 const LayerDecl& declaration(const LayerConfig& c);
 inline const std::vector<ModuleDecl>& modules(const LayerConfig& c) {
   return declaration(c).modules;

@@ -154,7 +154,8 @@ ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) cons
     ScopeGuard s(ctx, m.qkv.scope);
     qkv = column_parallel_linear(group_, x, param(decl::weight(m.qkv)), bias(m.qkv), linear_);
   }
-  const HeadTensors h = split_heads(config_, qkv.local, heads);
+  // Every rank holds the whole sequence here (tp-sp gathered it): positions from 0.
+  const HeadTensors h = rotary(config_, split_heads(config_, qkv.local, heads), 2, 0);
   Tensor context = merge_heads(config_, attention_core(config_, h, group_.rank() * heads));
   const Shape full{config_.seq, config_.batch, config_.hidden};
   ParallelTensor out;
@@ -181,16 +182,27 @@ ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor&
   HeadTensors heads;
   {
     ScopeGuard hs(ctx, m.heads.scope);
-    // [s/t, b, a, 3, d] -> [3, s/t, b, a, d]; each of q, k, v goes from sequence to head shards.
+    // [s/t, b, a, 3, d] -> [3, s/t, b, a, d] -> q, k, v [s/t, b, a, d], by sequence.
     std::vector<Tensor> parts =
         chunk(permute(reshape(qkv, {s, b, a, 3, d}), {3, 0, 1, 2, 4}), 0, 3);
+    heads = {reshape(parts[0], {s, b, a, d}), reshape(parts[1], {s, b, a, d}),
+             reshape(parts[2], {s, b, a, d})};
+  }
+  // Rotated on the sequence shard (before the all-to-all, as Megatron-DeepSpeed does), so each
+  // position is rotated by its global index: this rank's rows start at rank * s/t.
+  // PLANTED BUG rope-local-positions: every rank numbers its shard's positions from 0.
+  const std::int64_t first_position =
+      config_.planted_bug == PlantedBug::rope_local_positions ? 0 : group_.rank() * s;
+  heads = rotary(config_, heads, 0, first_position);
+  {
+    ScopeGuard hs(ctx, m.heads.scope);
+    // Each of q, k, v from sequence to head shards.
     Tensor* slots[] = {&heads.q, &heads.k, &heads.v};
     const Shape global{s * t, b, a, d};
-    for (int i = 0; i < 3; ++i) {
+    for (Tensor* slot : slots) {
       const ParallelTensor seq_sharded =
-          ParallelTensor::make(reshape(parts[static_cast<std::size_t>(i)], {s, b, a, d}),
-                               Placement::shard(0), global, t);
-      *slots[i] = permute(seq_to_heads(group_, seq_sharded).local, {1, 2, 0, 3});  // [b, a/t, s, d]
+          ParallelTensor::make(*slot, Placement::shard(0), global, t);
+      *slot = permute(seq_to_heads(group_, seq_sharded).local, {1, 2, 0, 3});  // [b, a/t, s, d]
     }
   }
   Tensor context = attention_core(config_, heads, group_.rank() * (a / t));  // [b, a/t, s, d]

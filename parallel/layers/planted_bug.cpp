@@ -27,7 +27,7 @@ constexpr const char* kReplicatedGrads =
 
 const std::vector<PlantedBugInfo>& table() {
   // bug, name, description, modes, needs_dropout, diverging, exact, output_ok, main_tensor,
-  // diagnosis of the main tensor
+  // diagnosis of the main tensor, needs_rope
   static const std::vector<PlantedBugInfo> bugs{
       {PlantedBug::sp_layernorm_grad_not_reduced, "sp-layernorm-grad-not-reduced",
        "the LayerNorm weight and bias gradients are never all-reduced over the sequence shards",
@@ -82,6 +82,11 @@ const std::vector<PlantedBugInfo>& table() {
        "the replicated gradients are averaged (sum, then 1/t) where the partial sums must be "
        "summed",
        kSp | kUlysses, false, kReplicatedGrads, true, true, "ln1.weight.grad", K::ratio},
+      {PlantedBug::rope_local_positions, "rope-local-positions",
+       "the rotary embedding on a sequence shard numbers its positions from 0 instead of the "
+       "shard's global offset",
+       kUlysses, false, "output attn.qkv.weight.grad", false, false, "output", K::one_block_wrong,
+       true},
   };
   return bugs;
 }
@@ -170,6 +175,10 @@ void validate_planted_bug(PlantedBug bug, const LayerConfig& config) {
   if (bias_bug && !config.bias) {
     throw ArgumentError(std::string("planted_bug ") + info.name +
                         " is a mistake with the row-parallel biases: it needs bias on");
+  }
+  if (info.needs_rope && !config.rope) {
+    throw ArgumentError(std::string("planted_bug ") + info.name +
+                        " is a mistake of the rotary embedding: it needs rope on");
   }
   if (bug == PlantedBug::layernorm_local_shard && config.norm != Norm::layernorm) {
     throw ArgumentError(std::string("planted_bug ") + info.name + " needs norm layernorm, given " +

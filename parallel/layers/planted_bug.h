@@ -33,6 +33,7 @@ enum class PlantedBug : std::uint8_t {
   layernorm_local_shard,
   grad_scaled_twice,
   replicated_grad_averaged,
+  rope_local_positions,
 };
 
 struct PlantedBugInfo {
@@ -48,6 +49,7 @@ struct PlantedBugInfo {
   bool output_ok;           // a backward-only bug: the output still matches
   const char* main_tensor;  // the tensor whose diagnosis tells the bug
   Diagnosis::Kind diagnosis;
+  bool needs_rope = false;  // a mistake of the rotary embedding (LayerConfig::rope)
 };
 
 // Every bug of the catalogue (none excluded), in catalogue order.
@@ -64,7 +66,7 @@ std::string planted_bug_modes(PlantedBug bug);                // "tp or tp-sp"
 std::vector<std::string> diverging_tensors(PlantedBug bug);
 // Throws ArgumentError naming the field planted_bug when `bug` cannot be planted in config.mode
 // (with the modes it needs) or needs what the layer lacks: dropout > 0, causal attention, the
-// linears' biases, LayerNorm.
+// linears' biases, LayerNorm, the rotary embedding.
 void validate_planted_bug(PlantedBug bug, const LayerConfig& config);
 
 // The bugs that can be planted into a run of `config` (its mode, dropout and causal setting, by

@@ -166,7 +166,7 @@ Tensor TransformerLayer::norm(const decl::ModuleDecl& module, const Tensor& x, c
 Tensor TransformerLayer::attention(const Tensor& x) const {
   const decl::Modules& m = decl::layer(config_);
   Tensor qkv = linear(m.qkv, x, weights_.qkv_weight, weights_.qkv_bias);  // [s, b, 3h]
-  const HeadTensors heads = split_heads(config_, qkv, config_.heads);
+  const HeadTensors heads = rotary(config_, split_heads(config_, qkv, config_.heads), 2, 0);
   Tensor context = merge_heads(config_, attention_core(config_, heads, 0));
   Tensor out = linear(m.proj, context, weights_.proj_weight, weights_.proj_bias);
   return layer_dropout(config_, m.out_dropout, out);

@@ -21,8 +21,10 @@ using testing::run_cli;
 
 const char* const kShape = " --seq 8 --batch 1 --hidden 16 --heads 4 --steps 1 --dtype f64";
 
-std::string dropout_flag(const PlantedBugInfo& info) {
-  return info.needs_dropout ? " --dropout 0.1" : " --dropout 0";
+// The layer the bug needs: dropout on or off, the rotary embedding.
+std::string layer_flags(const PlantedBugInfo& info) {
+  return std::string(info.needs_dropout ? " --dropout 0.1" : " --dropout 0") +
+         (info.needs_rope ? " --rope" : "");
 }
 
 // Whether a line of `output` names `tensor` as failed (the check's table: name ... FAIL).
@@ -47,7 +49,7 @@ TEST_P(CliPlantedBug, RunExits3NamingTheDivergingTensorsAndCheckOfItsDumpFails) 
   const auto dir =
       std::filesystem::temp_directory_path() / ("shardscope_bug_" + std::string(info.name));
   std::filesystem::remove_all(dir);
-  const std::string flags = kShape + dropout_flag(info);
+  const std::string flags = kShape + layer_flags(info);
   const auto single = dir / "single", planted = dir / "planted";
   ASSERT_EQ(run_cli("run --mode single" + flags + " --dump " + single.string()).exit_code, 0);
   const Result r =

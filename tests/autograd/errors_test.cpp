@@ -1,6 +1,7 @@
 // Bad input: each op throws a typed exception whose message names the op, where it ran and the
 // shapes or dtypes it was given.
 #include <cmath>
+#include <limits>
 
 #include "tests/autograd/autograd_testing.h"
 
@@ -90,6 +91,37 @@ TEST_F(Errors, SwigluNeedsAnEvenLastDim) {
   EXPECT_EQ(swiglu(f64({3, 0})).shape(), Shape({3, 0}));  // no pairs: an empty output
 }
 
+TEST_F(Errors, RopeShapesAndSettings) {
+  for (const Shape& s : {Shape{2, 3}, Shape{2, 0}, Shape{4}, Shape{}}) {
+    EXPECT_THAT(message_of<ShapeError>([&] { rope(f64(s), 0, 0); }),
+                AllOf(HasSubstr("op 'rope'"), HasSubstr("rank >= 2 and an even last dim d >= 2"),
+                      HasSubstr("f64" + s.str())));
+  }
+  for (int seq_dim : {-1, 2, 3}) {
+    EXPECT_THAT(message_of<ShapeError>([&] {
+                  rope(f64({2, 3, 4}), seq_dim, 0);
+                }),
+                AllOf(HasSubstr("op 'rope'"), HasSubstr("seq_dim must be in [0, 2)"),
+                      HasSubstr("given " + std::to_string(seq_dim) + " for x f64[2, 3, 4]")));
+  }
+  EXPECT_THAT(message_of<ArgumentError>([&] {
+                rope(f64({2, 4}), 0, -1);
+              }),
+              AllOf(HasSubstr("op 'rope'"), HasSubstr("first_position must be >= 0, given -1")));
+  for (double base : {1.0, 0.5, -2.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    EXPECT_THAT(message_of<ArgumentError>([&] {
+                  rope(f64({2, 4}), 0, 0, base);
+                }),
+                AllOf(HasSubstr("op 'rope'"), HasSubstr("base must be finite and > 1, given")))
+        << "base " << base;
+  }
+  EXPECT_THAT(message_of<ArgumentError>([&] {
+                rope(f64({2, 4}), 0, 0, 0.5);
+              }),
+              HasSubstr("given 0.5"));
+  EXPECT_EQ(rope(f64({0, 3, 4}), 1, 0).shape(), Shape({0, 3, 4}));  // no rows: an empty output
+}
+
 TEST_F(Errors, ConcatSplitChunkReshapePermute) {
   EXPECT_THAT(message_of<ShapeError>([&] {
                 concat({f64({2, 3}), f64({2, 4})}, 0);
@@ -160,6 +192,11 @@ TEST_F(Errors, DTypeMismatches) {
               AllOf(HasSubstr("op 'gelu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
   EXPECT_THAT(message_of<DTypeError>([&] { swiglu(mask); }),
               AllOf(HasSubstr("op 'swiglu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
+  EXPECT_THAT(
+      message_of<DTypeError>([&] {
+        rope(Tensor::zeros(ctx, {2, 2}, DType::u8), 0, 0);
+      }),
+      AllOf(HasSubstr("op 'rope'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2, 2]")));
 }
 
 TEST_F(Errors, MessagesSayWhereTheOpRan) {

@@ -146,6 +146,22 @@ TEST(MemoryLedger, SwigluSavesItsInputNotItsOutput) {
   EXPECT_EQ(x.grad().shape(), x.shape());
 }
 
+// RoPE's backward is the inverse rotation, whose angles come from the settings: nothing saved.
+TEST(MemoryLedger, RopeSavesNothing) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {4, 2, 3, 8}, 10).set_requires_grad(true);
+  Tensor y = rope(x, 0, 5);
+  EXPECT_EQ(ledger.saved_activation_bytes(), 0u);
+  EXPECT_EQ(ledger.extras_bytes(), 0u);
+  EXPECT_EQ(ledger.live(MemoryCategory::saved_activation), 0u);
+  EXPECT_TRUE(ledger.saved_by_site().empty());
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+  EXPECT_EQ(ledger.accounting_errors(), 0u);
+}
+
 TEST(MemoryLedger, TensorsFromBeforeAttachingCountOnlyWhileSaved) {
   Context ctx;
   Tensor x = Tensor::randn(ctx, {4, 4}, 7).set_requires_grad(true);

@@ -145,6 +145,131 @@ TEST_P(OpsForward, SwigluKnownValues) {
   EXPECT_EQ(v[1], 500.0);
 }
 
+// Rows (1, 2, 3, 4) at positions 0, 1, 2, d = 4: pair 0 is (x[0], x[2]) at theta_0 = 1, pair 1
+// is (x[1], x[3]) at theta_1 = base^(-1/2) = 0.01 (base 10000) or 0.1 (base 100).
+TEST_P(OpsForward, RopeKnownValues) {
+  struct Case {
+    double base;
+    std::vector<double> at1, at2;  // the row at positions 1 and 2, to 7 digits
+  };
+  const Case cases[] = {
+      {10000.0,
+       {-1.9841106, 1.9599007, 2.4623779, 4.0197997},
+       {-3.1440391, 1.9196053, -0.3391431, 4.0391974}},
+      {100.0,
+       {-1.9841106, 1.5906747, 2.4623779, 4.1796835},
+       {-3.1440391, 1.1654558, -0.3391431, 4.3176050}},
+  };
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const double tol = dtype == DType::f64 ? kF64Tol : kF32Tol;
+    const std::vector<double> row{1.0, 2.0, 3.0, 4.0};
+    std::vector<double> rows;
+    for (int r = 0; r < 3; ++r) rows.insert(rows.end(), row.begin(), row.end());
+    const Tensor x = Tensor::from_vector(ctx, {3, 4}, rows, dtype);
+    for (const Case& c : cases) {
+      const Tensor y = rope(x, 0, 0, c.base);
+      EXPECT_EQ(y.shape(), x.shape());
+      EXPECT_EQ(y.dtype(), dtype);
+      const std::vector<double> v = y.to_vector();
+      const double theta1 = 1.0 / std::sqrt(c.base);
+      for (int p = 0; p < 3; ++p) {  // the formula, pair by pair
+        const double a0 = p * 1.0, a1 = p * theta1;
+        expect_near_all(
+            {v.begin() + 4 * p, v.begin() + 4 * p + 4},
+            {std::cos(a0) - 3.0 * std::sin(a0), 2.0 * std::cos(a1) - 4.0 * std::sin(a1),
+             3.0 * std::cos(a0) + std::sin(a0), 4.0 * std::cos(a1) + 2.0 * std::sin(a1)},
+            tol);
+      }
+      expect_near_all({v.begin(), v.begin() + 4}, row, 0.0);  // position 0: the identity
+      expect_near_all({v.begin() + 4, v.begin() + 8}, c.at1, 1e-7 + tol);
+      expect_near_all({v.begin() + 8, v.end()}, c.at2, 1e-7 + tol);
+      // One row at first_position 2 is the whole tensor's row 2.
+      const Tensor one = Tensor::from_vector(ctx, {1, 4}, row, dtype);
+      expect_near_all(rope(one, 0, 2, c.base).to_vector(), c.at2, 1e-7 + tol);
+    }
+  }
+}
+
+// The pairs (x[i], x[i + d/2]) of every row keep their length: a rotation.
+TEST_P(OpsForward, RopeKeepsEachPairsNorm) {
+  const std::int64_t s = 5, b = 3, d = 8;
+  const Tensor x = const64(ctx, {s, b, d}, 60);
+  const std::vector<double> in = x.to_vector(), y = rope(x, 0, 11).to_vector();
+  for (std::int64_t r = 0; r < s * b; ++r) {
+    for (std::int64_t i = 0; i < d / 2; ++i) {
+      const std::int64_t a = r * d + i, c = a + d / 2;
+      EXPECT_NEAR(y[a] * y[a] + y[c] * y[c], in[a] * in[a] + in[c] * in[c], kF64Tol)
+          << "row " << r << " pair " << i;
+    }
+  }
+}
+
+// RoPE's point: <rope(q) at m, rope(k) at n> depends on m - n only. Every pair of positions of q
+// [s, d] and k [s, d] gives the same dot products with the positions all shifted by 7, and a
+// vector repeated at every position has one dot product per distance.
+TEST_P(OpsForward, RopeDotProductsDependOnlyOnRelativePosition) {
+  const std::int64_t s = 6, d = 8;
+  const auto dots = [&](const Tensor& q, const Tensor& k) {
+    const std::vector<double> a = q.to_vector(), c = k.to_vector();
+    std::vector<double> out;
+    for (std::int64_t m = 0; m < s; ++m) {
+      for (std::int64_t n = 0; n < s; ++n) {
+        double dot = 0.0;
+        for (std::int64_t j = 0; j < d; ++j) dot += a[m * d + j] * c[n * d + j];
+        out.push_back(dot);
+      }
+    }
+    return out;
+  };
+  for (double base : {10000.0, 100.0}) {
+    const Tensor q = const64(ctx, {s, d}, 61), k = const64(ctx, {s, d}, 62);
+    const std::vector<double> at0 = dots(rope(q, 0, 0, base), rope(k, 0, 0, base));
+    expect_near_all(dots(rope(q, 0, 7, base), rope(k, 0, 7, base)), at0, kF64Tol);
+    // Without the rotation the dot products are another matrix: the test can tell.
+    EXPECT_GT(std::abs(dots(q, k)[1] - at0[1]), 1e-3);
+    // v at every position: dot(m, n) == dot(m + 1, n + 1).
+    const std::vector<double> v = const64(ctx, {1, d}, 63).to_vector();
+    std::vector<double> repeated;
+    for (std::int64_t p = 0; p < s; ++p) repeated.insert(repeated.end(), v.begin(), v.end());
+    const Tensor rv = rope(Tensor::from_vector(ctx, {s, d}, repeated, DType::f64), 0, 3, base);
+    const std::vector<double> same = dots(rv, rv);
+    for (std::int64_t m = 0; m + 1 < s; ++m) {
+      for (std::int64_t n = 0; n + 1 < s; ++n) {
+        EXPECT_NEAR(same[(m + 1) * s + n + 1], same[m * s + n], kF64Tol)
+            << "m " << m << " n " << n << " base " << base;
+      }
+    }
+  }
+}
+
+// A shard of the sequence, rows P .. P + len of the whole, rotated with first_position P is the
+// whole tensor's result on those rows: what a sequence-sharded rank relies on. seq_dim 0 of
+// [s, b, h, d] and seq_dim 2 of [b, h, s, d], and the two layouts agree with each other.
+TEST_P(OpsForward, RopeOnASequenceShardEqualsTheWholeTensorsRows) {
+  const std::int64_t s = 8, b = 2, h = 3, d = 6, first = 4, len = 3;
+  const Tensor sbhd = const64(ctx, {s, b, h, d}, 64);
+  const Tensor bhsd = permute(sbhd, {1, 2, 0, 3});
+  for (std::int64_t global : {std::int64_t{0}, std::int64_t{5}}) {  // the whole's first position
+    const Tensor whole = rope(sbhd, 0, global), whole_bhsd = rope(bhsd, 2, global);
+    expect_near_all(permute(whole, {1, 2, 0, 3}).to_vector(), whole_bhsd.to_vector(), 0.0);
+    const std::vector<std::int64_t> sizes{first, len, s - first - len};
+    const Tensor shard = rope(split(sbhd, 0, sizes)[1], 0, global + first);
+    expect_near_all(shard.to_vector(), split(whole, 0, sizes)[1].to_vector(), 0.0);
+    const Tensor shard_bhsd = rope(split(bhsd, 2, sizes)[1], 2, global + first);
+    expect_near_all(shard_bhsd.to_vector(), split(whole_bhsd, 2, sizes)[1].to_vector(), 0.0);
+  }
+}
+
+// The f32 kernel against the f64 one at positions near 10^5, where an angle taken in f32 would be
+// off by 1e-2 rad: the angles are taken in double for both.
+TEST_P(OpsForward, RopeF32MatchesF64AtLargePositions) {
+  const Tensor x = const64(ctx, {4, 2, 16}, 65);
+  const Tensor x32 = Tensor::from_vector(ctx, x.shape(), x.to_vector(), DType::f32);
+  const Tensor x64 = Tensor::from_vector(ctx, x.shape(), x32.to_vector(), DType::f64);
+  const std::vector<double> want = rope(x64, 0, 99998).to_vector();
+  expect_near_all(rope(x32, 0, 99998).to_vector(), want, kF32Tol);
+}
+
 TEST_P(OpsForward, GeluKnownValues) {
   const double pi = std::acos(-1.0);
   const auto tanh_gelu = [pi](double v) {

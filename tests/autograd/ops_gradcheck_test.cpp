@@ -106,6 +106,18 @@ TEST_P(OpsGradcheck, Swiglu) {
                          {leaf64(ctx, {4, 2}, 52, "x", 1.5)});
 }
 
+TEST_P(OpsGradcheck, RopeBothSequenceLayouts) {
+  // [s, b, h, d] with the positions along dim 0, and [b, h, s, d] along dim 2; base 100 turns the
+  // slow pairs by whole radians too, so a wrong sign of any sine shows.
+  expect_gradients_match([](const Inputs& in) { return rope(in[0], 0, 3, 100.0); },
+                         {leaf64(ctx, {3, 2, 2, 6}, 53, "x_sbhd")});
+  expect_gradients_match([](const Inputs& in) { return rope(in[0], 2, 5); },
+                         {leaf64(ctx, {2, 2, 3, 6}, 54, "x_bhsd")});
+  // After a nonlinear op, so the upstream gradient differs per element.
+  expect_gradients_match([](const Inputs& in) { return gelu(rope(in[0], 1, 0, 100.0)); },
+                         {leaf64(ctx, {2, 4, 4}, 55, "x", 1.5)});
+}
+
 TEST_P(OpsGradcheck, SoftmaxPlainAndCausal) {
   const auto plain = [](const Inputs& in) { return softmax(in[0]); };
   const auto causal = [](const Inputs& in) { return softmax(in[0], true); };

@@ -147,6 +147,31 @@ TEST_P(CpuVsReference, SwigluForwardAndBackward) {
   }
 }
 
+// Forward and inverse (backward's) rotations on both sequence layouts, odd sizes and shapes above
+// the CPU backend's row grain (2^12 elements / d rows a thread), and far positions.
+TEST_P(CpuVsReference, RopeForwardAndInverse) {
+  struct Case {
+    Shape shape;
+    int seq_dim;
+    std::int64_t first_position;
+    double base;
+  };
+  for (const Case& c : {Case{{1, 2}, 0, 0, 10000.0}, Case{{3, 5, 6}, 1, 2, 100.0},
+                        Case{{64, 2, 4, 64}, 0, 7, 10000.0},      // [s, b, h, d], 32768 elements
+                        Case{{2, 3, 130, 34}, 2, 123456, 500.0},  // [b, h, s, d]
+                        Case{{257, 3, 10}, 0, 99, 10000.0}}) {
+    expect_match(
+        [c](Backend& be, Context& ctx, DType dt) {
+          const Tensor x = test_input(ctx, c.shape, dt, 1), dy = test_input(ctx, c.shape, dt, 2);
+          Tensor y = Tensor::empty(ctx, c.shape, dt), dx = Tensor::empty(ctx, c.shape, dt);
+          be.rope_forward(x, c.seq_dim, c.first_position, c.base, false, y);
+          be.rope_forward(dy, c.seq_dim, c.first_position, c.base, true, dx);
+          return NamedTensors{{"y", y}, {"dx", dx}};
+        },
+        "rope " + c.shape.str() + " seq_dim " + std::to_string(c.seq_dim));
+  }
+}
+
 // Dropout on a shard of a global tensor (or the whole one); the masks must be equal bit for bit.
 OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p) {
   return [=](Backend& be, Context& ctx, DType dt) {

@@ -190,6 +190,10 @@ class PlantedBugBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void swiglu_forward(const Tensor& x, Tensor& y) override { cpu_.swiglu_forward(x, y); }
   void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void rope_forward(const Tensor& x, int dim, std::int64_t first, double base, bool inverse,
+                    Tensor& y) override {
+    cpu_.rope_forward(x, dim, first, base, inverse, y);
+  }
   void dropout_forward(const Tensor& x, const DropoutSpec& s, Tensor& m, Tensor& y) override {
     cpu_.dropout_forward(x, s, m, y);
   }

@@ -191,6 +191,30 @@ TEST_P(CudaVsCpu, SwigluForwardAndBackward) {
       "swiglu, large");
 }
 
+TEST_P(CudaVsCpu, RopeForwardAndBackward) {
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {5, 2, 3, 8}, 1, dt);  // [s, b, h, d], positions along dim 0
+        return with_grads(ctx, rope(x, 0, 3, 100.0), {x});
+      },
+      "rope [s, b, h, d]");
+  compare(
+      [](Context& ctx, DType dt) {
+        const Tensor x = leaf(ctx, {2, 3, 40, 6}, 2, dt);  // [b, h, s, d], positions along dim 2
+        return with_grads(ctx, rope(x, 2, 0), {x});
+      },
+      "rope [b, h, s, d]");
+  compare(
+      [](Context& ctx, DType dt) {
+        // 153600 elements, many blocks. Positions under 300: an angle p theta carries a rounding of
+        // p * 1e-16 rad wherever it is computed (CUDA's pow within 2 ulp), under the f64 tolerance
+        // up to here; OpsForward's f32-against-f64 check takes the device to positions near 10^5.
+        const Tensor x = leaf(ctx, {300, 2, 4, 64}, 3, dt);
+        return with_grads(ctx, rope(x, 0, 0), {x});
+      },
+      "rope, large");
+}
+
 TEST_P(CudaVsCpu, SoftmaxCausalAndPlainForwardAndBackward) {
   for (bool causal : {false, true}) {
     compare(

@@ -38,6 +38,7 @@ std::vector<LayerConfig> variants(ParallelMode mode, int degree) {
   out[1].norm = Norm::rmsnorm;
   out[1].mlp = Mlp::swiglu;
   out[1].bias = false;
+  out[1].rope = true;
   out[2].mlp = Mlp::swiglu;
   out[2].ffn = 20;
   out[3].norm = Norm::rmsnorm;
@@ -46,7 +47,8 @@ std::vector<LayerConfig> variants(ParallelMode mode, int degree) {
 }
 std::string variant_name(const LayerConfig& c) {
   return std::string(mode_name(c.mode)) + " " + norm_name(c.norm) + " " + mlp_name(c.mlp) +
-         " f=" + std::to_string(c.ffn_width()) + (c.bias ? "" : " no bias");
+         " f=" + std::to_string(c.ffn_width()) + (c.bias ? "" : " no bias") +
+         (c.rope ? " rope" : "");
 }
 
 std::set<std::string> declared_scopes(const LayerConfig& c) {

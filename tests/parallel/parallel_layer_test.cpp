@@ -186,16 +186,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, ParallelLayerRuns, testing::all_backends(),
                          testing::BackendName());
 
 // The layer's options (layer_decl.h): RMSNorm, SwiGLU with its own f, no biases, and Llama's
-// three together, in every mode at degrees 1 to 4: the reference check on every tensor, the
-// saved activations equal to the model term by term, the collectives equal to the model.
+// together with the rotary embedding (Ulysses rotates its sequence shards: global positions), in
+// every mode at degrees 1 to 4: the reference check on every tensor, the saved activations equal to
+// the model term by term, the collectives equal to the model.
 using OptionCase = std::tuple<ParallelMode, int, TestBackend>;
 
 std::vector<std::pair<std::string, LayerConfig>> layer_options(const LayerConfig& base) {
   std::vector<std::pair<std::string, LayerConfig>> out(4, {"", base});
-  out[0].first = "llama: rmsnorm, swiglu, no bias";
+  out[0].first = "llama: rmsnorm, swiglu, no bias, rope";
   out[0].second.norm = Norm::rmsnorm;
   out[0].second.mlp = Mlp::swiglu;
   out[0].second.bias = false;
+  out[0].second.rope = true;
   out[1].first = "swiglu, f = 36 (3h/4)";
   out[1].second.mlp = Mlp::swiglu;
   out[1].second.ffn = 36;

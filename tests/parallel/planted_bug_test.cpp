@@ -31,6 +31,7 @@ LayerRunSpec bug_spec(PlantedBug bug, ParallelMode mode) {
   spec.layer.hidden = 16;
   spec.layer.heads = 4;
   spec.layer.dropout = bug != PlantedBug::none && planted_bug_info(bug).needs_dropout ? 0.1 : 0.0;
+  spec.layer.rope = bug != PlantedBug::none && planted_bug_info(bug).needs_rope;
   spec.layer.dtype = DType::f64;
   spec.layer.mode = mode;
   spec.layer.degree = 2;
@@ -110,8 +111,9 @@ std::string kind_phrase(Diagnosis::Kind kind) {
     case Diagnosis::Kind::offset:
       return "offset";
     case Diagnosis::Kind::blocks_permuted:
-    case Diagnosis::Kind::one_block_wrong:
       return "blocks along dim";
+    case Diagnosis::Kind::one_block_wrong:
+      return "only block";
     case Diagnosis::Kind::unstructured:
       return "no simple pattern";
     case Diagnosis::Kind::none:

@@ -116,13 +116,15 @@ TEST(ModuleLayout, EveryOpOfUlyssesMatchesTheTable) {
   expect_every_op_matches("ulysses", 4);
 }
 
-// RMSNorm (a weight only), SwiGLU (fc1 2f wide, f = 40 here) and no biases: the table follows the
-// declaration's modules and parameters in every mode.
+// RMSNorm (a weight only), SwiGLU (fc1 2f wide, f = 40 here), no biases and the rotary embedding
+// (on Ulysses's sequence shards): the table follows the declaration's modules and parameters in
+// every mode.
 void llama_options(LayerConfig& c) {
   c.norm = Norm::rmsnorm;
   c.mlp = Mlp::swiglu;
   c.bias = false;
   c.ffn = 40;
+  c.rope = true;
 }
 TEST(ModuleLayout, EveryOpOfLlamasOptionsMatchesTheTableInEveryMode) {
   expect_every_op_matches("single", 1, llama_options);

@@ -163,6 +163,26 @@ std::vector<ModuleTensor> heads_split(const Sizes& z) {
   return v;
 }
 
+ModuleTensor heads_tensor(const Sizes& z, const char* name, const char* role, bool square);
+
+// attn.rope: q and k rotated by their positions. Ulysses rotates them on its sequence shards,
+// before the all-to-all; the other modes on the heads they hold, over the whole sequence.
+std::vector<ModuleTensor> rotary(const Sizes& z) {
+  std::vector<ModuleTensor> v;
+  for (const char* role : {"reads", "writes"}) {
+    for (const char* name : {"q", "k"}) {
+      const std::string label = std::string(name) + (role[0] == 'w' ? " (rotated)" : "");
+      if (z.mode == ParallelMode::ulysses) {
+        v.push_back(tensor(label + " by sequence", role, Shape{z.s, z.b, z.a, z.d},
+                           Placement::shard(0), {"s", "b", "a", "d"}));
+      } else {
+        v.push_back(heads_tensor(z, label.c_str(), role, false));
+      }
+    }
+  }
+  return v;
+}
+
 ModuleTensor heads_tensor(const Sizes& z, const char* name, const char* role, bool square) {
   if (square) {
     return tensor(name, role, Shape{z.b, z.a, z.s, z.s}, z.heads, {"b", "a", "s", "s"});
@@ -212,6 +232,7 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
   if (scope == m.ln1.scope) return norm(z, m.ln1, "x (layer input)");
   if (scope == m.qkv.scope) return column_linear(z, m.qkv, "x (ln1 out)", "qkv");
   if (scope == m.heads.scope) return heads_split(z);
+  if (m.rope && scope == m.rope->scope) return rotary(z);
   if (scope == m.scores.scope) {
     return {heads_tensor(z, "q", "reads", false), heads_tensor(z, "k", "reads", false),
             heads_tensor(z, "scores", "writes", true)};

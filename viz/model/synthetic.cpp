@@ -79,6 +79,8 @@ KindRun run_of(decl::Kind kind) {
               1};
     case decl::Kind::heads:
       return {"permute", 5, 5, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::rope:
+      return {"rope", 6, 6, {kNone, kNone}, {kNone, kNone}, 0, 0};
     case decl::Kind::scores:
     case decl::Kind::context:
       return {"matmul", 25, 45, {kNone, kNone}, {kNone, kNone}, 0, 0};
