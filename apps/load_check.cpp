@@ -25,6 +25,8 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   add("--batch", run.batch, dump.batch);
   add("--hidden", run.hidden, dump.hidden);
   add("--heads", run.heads, dump.heads);
+  // g follows a unless given.
+  add("--kv-heads", run.kv_heads > 0 ? run.kv_heads : dump.heads, dump.kv_heads_count());
   // f follows h unless given: --ffn only when the run's f with the dump's h would still differ.
   add("--ffn", run.ffn > 0 ? run.ffn : 4 * dump.hidden, dump.ffn_width());
   auto add_name = [&out](const char* flag, const char* given, const char* want) {

@@ -18,6 +18,7 @@ nlohmann::json config_json(const RunOptions& o) {
           {"batch", c.batch},
           {"hidden", c.hidden},
           {"heads", c.heads},
+          {"kv_heads", c.kv_heads_count()},
           {"dropout", c.dropout},
           {"seed", c.seed},
           {"steps", o.spec.steps},

@@ -52,6 +52,8 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--hidden", c.hidden, "hidden size h")->capture_default_str();
   run.add_option("--heads", c.heads, "attention heads a (h must divide by a)")
       ->capture_default_str();
+  run.add_option("--kv-heads", c.kv_heads,
+                 "key/value heads g (grouped-query attention; 1: multi-query; default a)");
   run.add_option("--dropout", c.dropout, "dropout probability of the three dropouts")
       ->capture_default_str();
   run.add_option("--norm", text.norm, "the norms: layernorm (GPT) or rmsnorm (Llama)")
@@ -139,7 +141,8 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--random-norms", "--check-steps",   "--plant-bug",
                                        "--log-every",    "--overwrite",     "--trace-events",
                                        "--norm",         "--mlp",           "--ffn",
-                                       "--no-bias",      "--rope",          "--rope-base"};
+                                       "--no-bias",      "--rope",          "--rope-base",
+                                       "--kv-heads"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -166,7 +169,10 @@ std::string with_flags(const ArgumentError& error) {
                                                                {"check_calls", "--no-call-check"},
                                                                {"norm", "--norm"},
                                                                {"mlp", "--mlp"},
-                                                               {"bias", "--no-bias"}};
+                                                               {"bias", "--no-bias"},
+                                                               {"rope", "--rope"},
+                                                               {"rope_base", "--rope-base"},
+                                                               {"kv_heads", "--kv-heads"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {

@@ -190,6 +190,7 @@ json layer_config_json(const LayerConfig& c) {
           {"batch", c.batch},
           {"hidden", c.hidden},
           {"heads", c.heads},
+          {"kv_heads", c.kv_heads_count()},
           {"dropout", c.dropout},
           {"seed", c.seed},
           {"layer", c.layer},
@@ -226,6 +227,7 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
   if (j.contains("layer")) c.layer = int_in_range(j, "layer", 0, INT_MAX, where);
   if (j.contains("degree")) c.degree = int_in_range(j, "degree", 1, INT_MAX, where);
   if (j.contains("ffn")) c.ffn = int_in_range(j, "ffn", 1, INT_MAX, where);
+  if (j.contains("kv_heads")) c.kv_heads = int_in_range(j, "kv_heads", 1, INT_MAX, where);
   try {
     if (j.contains("dropout")) c.dropout = j.at("dropout").get<double>();
     if (j.contains("causal")) c.causal = j.at("causal").get<bool>();

@@ -9,15 +9,32 @@
 
 namespace shardscope {
 
-HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads) {
+HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads,
+                        std::int64_t kv_heads) {
   ScopeGuard scope(qkv.ctx(), decl::layer(config).heads.scope);
   const std::int64_t d = config.head_dim();
   const std::int64_t s = qkv.dim(0), b = qkv.dim(1);
+  if (config.kv_heads_count() != config.heads) {  // [s, b, heads, d] -> [b, heads, s, d]
+    const HeadTensors p = split_grouped_by_position(config, qkv, heads, kv_heads);
+    return {permute(p.q, {1, 2, 0, 3}), permute(p.k, {1, 2, 0, 3}), permute(p.v, {1, 2, 0, 3})};
+  }
   // [s, b, heads, 3, d] -> [3, b, heads, s, d] -> q, k, v
   Tensor grouped = permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4});
   std::vector<Tensor> parts = chunk(grouped, 0, 3);
   return {reshape(parts[0], {b, heads, s, d}), reshape(parts[1], {b, heads, s, d}),
           reshape(parts[2], {b, heads, s, d})};
+}
+
+HeadTensors split_grouped_by_position(const LayerConfig& config, const Tensor& qkv,
+                                      std::int64_t heads, std::int64_t kv_heads) {
+  const std::int64_t d = config.head_dim();
+  const std::int64_t s = qkv.dim(0), b = qkv.dim(1);
+  const std::vector<Tensor> q_kv = split(qkv, 2, {heads * d, kv_heads * 2 * d});
+  // [s, b, g, 2, d] -> [2, s, b, g, d] -> k, v
+  const std::vector<Tensor> kv =
+      chunk(permute(reshape(q_kv[1], {s, b, kv_heads, 2, d}), {3, 0, 1, 2, 4}), 0, 2);
+  return {reshape(q_kv[0], {s, b, heads, d}), reshape(kv[0], {s, b, kv_heads, d}),
+          reshape(kv[1], {s, b, kv_heads, d})};
 }
 
 HeadTensors rotary(const LayerConfig& config, const HeadTensors& qkv, int seq_dim,
@@ -80,17 +97,24 @@ Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::in
   // heads x d = h/t) instead of one head's width d.
   if (config.planted_bug == PlantedBug::attention_local_scale)
     width *= static_cast<double>(qkv.q.dim(1));
+  // The queries of each key/value head's group stacked along the sequence: [b, g, r s, d] for r
+  // query heads per key/value head (r = 1 under MHA: the same tensors).
+  const std::int64_t b = qkv.q.dim(0), heads = qkv.q.dim(1), s = qkv.q.dim(2);
+  const std::int64_t groups = qkv.k.dim(1), r = heads / groups;
   Tensor scores;
   {
     ScopeGuard scope(ctx, m.scores.scope);
-    scores = scale(matmul(qkv.q, qkv.k, /*transpose_b=*/true), 1.0 / std::sqrt(width));
+    const Tensor q = r == 1 ? qkv.q : reshape(qkv.q, {b, groups, r * s, d});
+    scores = matmul(q, qkv.k, /*transpose_b=*/true);
+    if (r != 1) scores = reshape(scores, {b, heads, s, qkv.k.dim(2)});
+    scores = scale(scores, 1.0 / std::sqrt(width));
   }
   Tensor probs;
   {
     ScopeGuard scope(ctx, m.softmax.scope);
     if (config.planted_bug == PlantedBug::causal_mask_local_positions) {
-      const std::int64_t s = scores.dim(2);
-      probs = softmax(add(scores, local_position_mask(ctx, config, s, scores.dtype())), false);
+      probs = softmax(add(scores, local_position_mask(ctx, config, scores.dim(2), scores.dtype())),
+                      false);
     } else {
       probs = softmax(scores, config.causal);  // [b, heads, s, s]
     }
@@ -99,7 +123,9 @@ Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::in
   probs = layer_dropout(config, m.attn_dropout, probs,
                         Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
   ScopeGuard scope(ctx, m.context.scope);
-  return matmul(probs, qkv.v);
+  if (r == 1) return matmul(probs, qkv.v);
+  const Tensor grouped = matmul(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v);
+  return reshape(grouped, {b, heads, s, d});
 }
 
 Tensor merge_heads(const LayerConfig& config, const Tensor& context) {

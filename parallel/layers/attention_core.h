@@ -12,12 +12,21 @@
 namespace shardscope {
 
 struct HeadTensors {
-  Tensor q, k, v;  // [b, heads, s, d]
+  Tensor q;     // [b, heads, s, d]
+  Tensor k, v;  // [b, kv_heads, s, d]: as many heads as q under MHA, fewer under GQA
 };
 
-// qkv [s, b, heads * 3 * d] in the head-grouped column order -> q, k, v [b, heads, s, d],
-// d = config.head_dim(). Scope: attn.heads's (layer_decl.h).
-HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads);
+// The attention's projection [s, b, columns] -> q, k, v [b, heads, s, d], d = config.head_dim(),
+// for `heads` query heads and `kv_heads` key/value heads (0: `heads`): GPT's fused columns
+// grouped by head ([heads, 3, d]), or under grouped-query attention the query columns
+// [heads * d] then the key/value columns grouped by head ([kv_heads, 2, d]). Scope: attn.heads's
+// (layer_decl.h).
+HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads,
+                        std::int64_t kv_heads = 0);
+// Grouped-query attention's columns [s, b, heads * d + kv_heads * 2 d] -> q [s, b, heads, d], k
+// and v [s, b, kv_heads, d], by position (Ulysses sends them from sequence to head shards).
+HeadTensors split_grouped_by_position(const LayerConfig& config, const Tensor& qkv,
+                                      std::int64_t heads, std::int64_t kv_heads);
 
 // With config.rope, q and k rotated by their positions (attn.rope's scope): `seq_dim` holds the
 // positions, the first of them `first_position` (a sequence shard's global offset); else `qkv`.
@@ -26,7 +35,9 @@ HeadTensors rotary(const LayerConfig& config, const HeadTensors& qkv, int seq_di
 
 // The scopes of the declared modules attn.scores, attn.softmax, attn.dropout and attn.context
 // (layer_decl.h). `first_head` is the global index of this rank's first head, so its dropout mask
-// is the single-device mask's slice. Returns the context [b, heads, s, d].
+// is the single-device mask's slice. Each key/value head serves heads / kv_heads consecutive query
+// heads (grouped-query attention: the queries of a group are stacked along the sequence for one
+// product with their key, and nothing is copied). Returns the context [b, heads, s, d].
 Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head);
 
 // [b, heads, s, d] -> [s, b, heads * d]. Scope: attn.context's.

@@ -57,6 +57,7 @@ Mlp parse_mlp(const std::string& name) {
 std::string LayerConfig::shape_text() const {
   std::string text = "s=" + std::to_string(seq) + " b=" + std::to_string(batch) +
                      " h=" + std::to_string(hidden) + " a=" + std::to_string(heads);
+  if (kv_heads_count() != heads) text += " g=" + std::to_string(kv_heads_count());
   if (ffn_width() != 4 * hidden) text += " f=" + std::to_string(ffn_width());
   if (norm != Norm::layernorm) text += std::string(", ") + norm_name(norm);
   if (mlp != Mlp::gelu) text += std::string(", ") + mlp_name(mlp);
@@ -79,6 +80,17 @@ void LayerConfig::validate() const {
   require_positive("hidden", hidden);
   require_positive("heads", heads);
   require_positive("degree", degree);
+  if (kv_heads < 0) {
+    throw ConfigError(
+        "kv_heads must be a positive integer (or 0 for heads), given " + std::to_string(kv_heads),
+        {"kv_heads"});
+  }
+  if (kv_heads_count() > heads || heads % kv_heads_count() != 0) {
+    throw ConfigError("kv_heads " + std::to_string(kv_heads_count()) + " must divide heads " +
+                          std::to_string(heads) +
+                          " (each key/value head serves heads/kv_heads query heads)",
+                      {"kv_heads", "heads"});
+  }
   if (ffn < 0) {
     throw ConfigError("ffn must be a positive integer (or 0 for 4h), given " + std::to_string(ffn),
                       {"ffn"});

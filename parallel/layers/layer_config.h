@@ -33,13 +33,14 @@ ParallelMode parse_mode(const std::string& name);
 void require_positive(const char* field, std::int64_t value);
 
 struct LayerConfig {
-  std::int64_t seq = 16;     // s
-  std::int64_t batch = 2;    // b
-  std::int64_t hidden = 32;  // h
-  std::int64_t heads = 4;    // a
-  double dropout = 0.1;      // p of all three dropouts
-  std::uint64_t seed = 1;    // weights, inputs and dropout masks derive from it
-  int layer = 0;             // the layer index (dropout streams, traces)
+  std::int64_t seq = 16;      // s
+  std::int64_t batch = 2;     // b
+  std::int64_t hidden = 32;   // h
+  std::int64_t heads = 4;     // a
+  std::int64_t kv_heads = 0;  // g, the key/value heads (grouped-query attention); 0: a (MHA)
+  double dropout = 0.1;       // p of all three dropouts
+  std::uint64_t seed = 1;     // weights, inputs and dropout masks derive from it
+  int layer = 0;              // the layer index (dropout streams, traces)
   bool causal = true;
   double layernorm_eps = 1e-5;  // the eps of either norm
   Norm norm = Norm::layernorm;
@@ -65,7 +66,8 @@ struct LayerConfig {
   std::string shape_text() const;
 
   std::int64_t head_dim() const { return hidden / heads; }
-  std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }  // f
+  std::int64_t kv_heads_count() const { return kv_heads > 0 ? kv_heads : heads; }  // g
+  std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }            // f
   // Throws ConfigError naming the fields and the rule (zero sizes, hidden % heads, dropout range).
   void validate() const;
 };

@@ -39,10 +39,43 @@ std::vector<ParamDecl> row_params(const LayerConfig& c, const char* w, const cha
   return p;
 }
 
-// Saved-activation terms: A sbw-sized ones.
-SavedDecl act(const char* what, const char* op, double a_sbh, SavedSplit split,
+// Saved-activation parts and terms.
+SavedPart a_sb(double coeff, Width width, SavedSplit split) {  // coeff A s b w
+  return {coeff, 'A', false, width, split};
+}
+SavedPart m_sb(Width width, SavedSplit split) {  // M s b w: a mask
+  return {1, 'M', false, width, split};
+}
+SavedPart a_as2b(SavedSplit split) {  // A a s^2 b
+  return {1, 'A', true, Width::none, split};
+}
+SavedPart m_as2b(SavedSplit split) {  // M a s^2 b
+  return {1, 'M', true, Width::none, split};
+}
+SavedDecl term(const char* what, const char* op, std::vector<SavedPart> parts,
+               When when = When::always) {
+  return {what, op, std::move(parts), when};
+}
+SavedDecl act(const char* what, const char* op, double coeff, SavedSplit split,
               Width width = Width::hidden) {
-  return {what, op, a_sbh, 0, 0, 0, split, When::always, width};
+  return term(what, op, {a_sb(coeff, width, split)});
+}
+
+// The attention's input projection: GPT's fused QKV [h, 3h] (columns grouped by head, q, k, v of
+// each head side by side), or under grouped-query attention (g < a) the query weight [h, h] and
+// the key/value weight [h, 2 g d] (grouped by key/value head, its k and v side by side), which
+// tensor parallelism splits differently when t > g. The layers multiply by the concatenation.
+std::vector<ParamDecl> qkv_params(const LayerConfig& c) {
+  if (c.kv_heads_count() == c.heads)
+    return column_params(c, "W_qkv", "b_qkv", Width::hidden, Width::qkv);
+  std::vector<ParamDecl> p{
+      {"q_weight", "W_q", Width::hidden, Width::hidden, Init::normal, TpSplit::columns}};
+  if (c.bias)
+    p.push_back({"q_bias", "b_q", Width::none, Width::hidden, Init::normal, TpSplit::columns});
+  p.push_back({"kv_weight", "W_kv", Width::hidden, Width::kv, Init::normal, TpSplit::kv_groups});
+  if (c.bias)
+    p.push_back({"kv_bias", "b_kv", Width::none, Width::kv, Init::normal, TpSplit::kv_groups});
+  return p;
 }
 
 // A norm module: LayerNorm or RMSNorm, saving its input and its per-row statistics.
@@ -77,26 +110,32 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
       norm(c, "ln1", "LayerNorm 1 input", "RMSNorm 1 input", "ln1 weight", "ln1 bias"),
       {"attn.qkv",
        Kind::column_linear,
-       column_params(c, "W_qkv", "b_qkv", Width::hidden, Width::qkv),
+       qkv_params(c),
        {act("QKV linear input", "", 1, SavedSplit::input)}},
       {"attn.heads", Kind::heads, {}, {}},
-      {"attn.scores", Kind::scores, {}, {act("QK^T: Q and K", "matmul", 2, SavedSplit::heads)}},
+      {"attn.scores",
+       Kind::scores,
+       {},
+       {term("QK^T: Q and K", "matmul",
+             {a_sb(1, Width::hidden, SavedSplit::heads),
+              a_sb(1, Width::kv_head, SavedSplit::kv_heads)})}},
       {"attn.softmax",
        Kind::softmax,
        {},
-       {{"softmax output", "softmax", 0, 0, 1, 0, SavedSplit::heads, When::always}}},
+       {term("softmax output", "softmax", {a_as2b(SavedSplit::heads)})}},
       {"attn.dropout",
        Kind::dropout,
        {},
-       {{"attention dropout mask", "dropout", 0, 0, 0, 1, SavedSplit::heads, When::with_dropout}},
+       {term("attention dropout mask", "dropout", {m_as2b(SavedSplit::heads)}, When::with_dropout)},
        0},
       {"attn.context",
        Kind::context,
        {},
-       {{"probs x V: dropout output and V", "matmul", 1, 0, 1, 0, SavedSplit::heads,
-         When::with_dropout},
-        {"probs x V: V (probs are the softmax output)", "matmul", 1, 0, 0, 0, SavedSplit::heads,
-         When::without_dropout}}},
+       {term("probs x V: dropout output and V", "matmul",
+             {a_as2b(SavedSplit::heads), a_sb(1, Width::kv_head, SavedSplit::kv_heads)},
+             When::with_dropout),
+        term("probs x V: V (probs are the softmax output)", "matmul",
+             {a_sb(1, Width::kv_head, SavedSplit::kv_heads)}, When::without_dropout)}},
       {"attn.proj",
        Kind::row_linear,
        row_params(c, "W_proj", "b_proj", Width::hidden, Width::hidden),
@@ -104,8 +143,8 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
       {"attn.out_dropout",
        Kind::dropout,
        {},
-       {{"attention output dropout mask", "dropout", 0, 1, 0, 0, SavedSplit::block,
-         When::with_dropout}},
+       {term("attention output dropout mask", "dropout", {m_sb(Width::hidden, SavedSplit::block)},
+             When::with_dropout)},
        1},
       {"residual1", Kind::residual, {}, {}},
       norm(c, "ln2", "LayerNorm 2 input", "RMSNorm 2 input", "ln2 weight", "ln2 bias"),
@@ -121,7 +160,8 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
       {"mlp.dropout",
        Kind::dropout,
        {},
-       {{"MLP dropout mask", "dropout", 0, 1, 0, 0, SavedSplit::block, When::with_dropout}},
+       {term("MLP dropout mask", "dropout", {m_sb(Width::hidden, SavedSplit::block)},
+             When::with_dropout)},
        2},
       {"residual2", Kind::residual, {}, {}},
   };
@@ -201,6 +241,10 @@ std::int64_t width(Width w, const LayerConfig& c) {
       return c.hidden;
     case Width::qkv:
       return 3 * c.hidden;
+    case Width::kv:
+      return 2 * c.kv_heads_count() * c.head_dim();
+    case Width::kv_head:
+      return c.kv_heads_count() * c.head_dim();
     case Width::ffn:
       return c.ffn_width();
     case Width::gate_up:
@@ -210,11 +254,12 @@ std::int64_t width(Width w, const LayerConfig& c) {
 }
 
 std::string width_name(Width w, const LayerConfig& c) {
-  // k h when the width is a whole multiple of h, else in f.
-  auto in_h = [&](std::int64_t k_f, const char* in_f) {
-    const std::int64_t v = k_f * c.ffn_width();
-    if (c.hidden > 0 && v % c.hidden == 0) return std::to_string(v / c.hidden) + "h";
-    return std::string(in_f);
+  // k h when the width is a whole multiple of h ("h" for 1), else in its own symbol.
+  auto in_h = [&](std::int64_t v, const char* symbol) {
+    if (c.hidden > 0 && v % c.hidden == 0) {
+      return v == c.hidden ? std::string("h") : std::to_string(v / c.hidden) + "h";
+    }
+    return std::string(symbol);
   };
   switch (w) {
     case Width::none:
@@ -223,10 +268,14 @@ std::string width_name(Width w, const LayerConfig& c) {
       return "h";
     case Width::qkv:
       return "3h";
+    case Width::kv:
+      return in_h(width(w, c), "2gd");
+    case Width::kv_head:
+      return in_h(width(w, c), "gd");
     case Width::ffn:
-      return in_h(1, "f");
+      return in_h(width(w, c), "f");
     case Width::gate_up:
-      return in_h(2, "2f");
+      return in_h(width(w, c), "2f");
   }
   return "?";
 }
@@ -241,9 +290,10 @@ LayerDecl::LayerDecl(std::vector<ModuleDecl> declared)
 const LayerDecl& declaration(const LayerConfig& c) {
   // One declaration per choice of the fields that shape it; ranks (threads) share them.
   static std::mutex mutex;
-  static std::map<std::tuple<Norm, Mlp, bool, bool>, std::unique_ptr<LayerDecl>> made;
+  static std::map<std::tuple<Norm, Mlp, bool, bool, bool>, std::unique_ptr<LayerDecl>> made;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope}];
+  const bool grouped = c.kv_heads_count() != c.heads;
+  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope, grouped}];
   if (!d) d = std::make_unique<LayerDecl>(declare(c));
   return *d;
 }
@@ -332,22 +382,44 @@ bool SavedDecl::applies(bool dropout) const {
   return when == When::always || (when == When::with_dropout) == dropout;
 }
 
-Placement placement(const ParamDecl& p, ParallelMode mode) {
-  if (mode != ParallelMode::tp && mode != ParallelMode::tp_sp) return Placement::replicate();
+Placement placement(const ParamDecl& p, const LayerConfig& c) {
+  if (c.mode != ParallelMode::tp && c.mode != ParallelMode::tp_sp) return Placement::replicate();
+  const int last = p.in == Width::none ? 0 : 1;  // a weight's columns, a bias's elements
   switch (p.split) {
     case TpSplit::none:
       return Placement::replicate();
-    case TpSplit::columns:  // the last dim: a weight's columns, a bias's elements
-      return Placement::shard(p.in == Width::none ? 0 : 1);
+    case TpSplit::columns:
+      return Placement::shard(last);
     case TpSplit::rows:
       return Placement::shard(0);
+    case TpSplit::kv_groups:
+      return c.degree <= c.kv_heads_count() ? Placement::shard(last) : Placement::replicate();
   }
   return Placement::replicate();
 }
 
-bool partial_grad(const ParamDecl& p, ParallelMode mode) {
-  return (mode == ParallelMode::tp_sp || mode == ParallelMode::ulysses) &&
-         !placement(p, mode).is_shard();
+bool partial_grad(const ParamDecl& p, const LayerConfig& c) {
+  if (placement(p, c).is_shard() || c.mode == ParallelMode::single) return false;
+  // Replicated: the ranks' gradients are partial sums over their sequence shards (tp-sp,
+  // ulysses), or over their query heads' use of shared key/value heads (t > g).
+  return c.mode == ParallelMode::tp_sp || c.mode == ParallelMode::ulysses ||
+         p.split == TpSplit::kv_groups;
+}
+
+std::vector<std::string> weights(const ModuleDecl& m) {
+  std::vector<std::string> out;
+  for (const ParamDecl& p : m.params) {
+    if (p.in != Width::none) out.push_back(full_name(m, p));
+  }
+  return out;
+}
+
+std::vector<std::string> biases(const ModuleDecl& m) {
+  std::vector<std::string> out;
+  for (const ParamDecl& p : m.params) {
+    if (p.in == Width::none) out.push_back(full_name(m, p));
+  }
+  return out;
 }
 
 }  // namespace shardscope::decl

@@ -23,12 +23,15 @@ namespace shardscope::decl {
 enum class Width : std::uint8_t {
   none,     // a vector parameter has no input width
   hidden,   // h
-  qkv,      // the fused query, key and value columns: 3h
+  qkv,      // the fused query, key and value columns: 3h (GPT's attention, g = a)
+  kv,       // the key and value columns of g heads: 2 g d (grouped-query attention, g < a)
+  kv_head,  // one of key or value: g d (= h when g = a)
   ffn,      // the MLP's inner width f (LayerConfig::ffn_width(), 4h unless set)
   gate_up,  // SwiGLU's fc1 output: the gate and up values, 2f
 };
 std::int64_t width(Width w, const LayerConfig& c);
-// "h", "3h"; f as a multiple of h where it is one ("4h", SwiGLU's "8h"), else "f", "2f".
+// "h", "3h"; f and g d as multiples of h where they are ("4h", SwiGLU's "8h"), else "f", "2f",
+// "gd", "2gd".
 std::string width_name(Width w, const LayerConfig& c);
 
 enum class Init : std::uint8_t {
@@ -39,13 +42,17 @@ enum class Init : std::uint8_t {
 
 // How Megatron's tensor parallelism (tp, tp-sp) splits a parameter; the other modes replicate all.
 enum class TpSplit : std::uint8_t {
-  none,     // replicated (the norms, the bias added after a row-parallel reduction)
-  columns,  // a column-parallel linear's output dim: weight Shard(1), bias Shard(0)
-  rows,     // a row-parallel linear's input dim: weight Shard(0)
+  none,       // replicated (the norms, the bias added after a row-parallel reduction)
+  columns,    // a column-parallel linear's output dim: weight Shard(1), bias Shard(0)
+  rows,       // a row-parallel linear's input dim: weight Shard(0)
+  kv_groups,  // the key/value columns of g heads: split as columns where t <= g (g/t whole heads
+              // each), replicated where t > g (each rank uses the head its query heads need, and
+              // its gradient is that head's part: a partial sum the ranks all-reduce)
 };
 
 struct ParamDecl {
-  const char* name;    // within the module: "weight", "bias"
+  const char* name;    // within the module: "weight", "bias" (GQA's attn.qkv: "q_weight",
+                       // "kv_weight", "q_bias", "kv_bias")
   const char* symbol;  // in the papers' and the visualizer's notation: "W_qkv", "b_qkv"
   Width in;            // none: a vector [out]; else a matrix [in, out] (weights are [in, out])
   Width out;
@@ -73,24 +80,34 @@ bool is_norm(Kind kind);  // layernorm or rmsnorm
 
 // How a saved activation is split across t ranks in each mode (models/memory_model.cpp):
 enum class SavedSplit : std::uint8_t {
-  block,   // an [s, b, h] activation between the blocks: whole under tp, s/t rows otherwise
-  input,   // a column-parallel linear's input: whole under tp (and tp-sp keeping the gathered
-           // input), s/t rows otherwise
-  heads,   // inside attention: a/t heads (or, for [s, b, h] ones, h/t columns) in every mode
-  columns  // the MLP's inner activations: 4h/t columns under tp, s/t rows under Ulysses
+  block,     // an [s, b, h] activation between the blocks: whole under tp, s/t rows otherwise
+  input,     // a column-parallel linear's input: whole under tp (and tp-sp keeping the gathered
+             // input), s/t rows otherwise
+  heads,     // inside attention: a/t query heads (or, for [s, b, h] ones, h/t columns) in every
+             // mode
+  kv_heads,  // a key or value [b, g, s, d]: g/t heads where t <= g, one of the g where t > g
+             // (each rank holds the key/value head its query heads need)
+  columns    // the MLP's inner activations: f/t columns under tp, s/t rows under Ulysses
 };
 
-// One term of the activation model: bytes = (a_sbh * A + m_sbh * M) sbw + (a_as2b * A + m_as2b * M)
-// as^2b, split by `split`, where A is the activation dtype's size, M = 1 (a byte mask) and w the
-// term's width (h, or the MLP's f or 2f).
+// One part of a saved activation: `coeff` elements of `unit` (A: the activation dtype's size,
+// M = 1: a byte mask) per element of the size, s b w (w the part's width: h, g d, f, 2f) or
+// a s^2 b (as2b), split over the ranks by `split`.
+struct SavedPart {
+  double coeff;
+  char unit;  // 'A' or 'M'
+  bool as2b;  // the size is a s^2 b, else s b w
+  Width width;
+  SavedSplit split;
+};
+
+// One term of the activation model: what one op saves, the sum of its parts.
 struct SavedDecl {
   const char* what;  // "LayerNorm 1 input"
   const char* op;    // the op that saves it, as the memory ledger names it ("layernorm"); empty:
                      // the module's column-parallel linear op (matmul, or gather_matmul in tp-sp)
-  double a_sbh, m_sbh, a_as2b, m_as2b;
-  SavedSplit split;
+  std::vector<SavedPart> parts;
   enum class When : std::uint8_t { always, with_dropout, without_dropout } when = When::always;
-  Width width = Width::hidden;  // w of the sbw part
   // Whether the term is saved by a layer with (dropout) or without dropout.
   bool applies(bool dropout) const;
 };
@@ -167,11 +184,16 @@ Param parameter(const LayerConfig& c, const std::string& name);
 // How many modules of `kind` the layer of `c` declares.
 int count(const LayerConfig& c, Kind kind);
 
-// Where a rank's shard of the parameter comes from in `mode`: tp and tp-sp split it as its
-// TpSplit says, every other mode replicates it.
-Placement placement(const ParamDecl& p, ParallelMode mode);
+// Where a rank's shard of the parameter comes from in c.mode on c.degree ranks: tp and tp-sp split
+// it as its TpSplit says, every other mode replicates it.
+Placement placement(const ParamDecl& p, const LayerConfig& c);
 // Whether each rank's gradient of the parameter is a partial sum that an all-reduce completes:
-// a replicated parameter applied to sequence-sharded activations (tp-sp, ulysses).
-bool partial_grad(const ParamDecl& p, ParallelMode mode);
+// a replicated parameter applied to sequence-sharded activations (tp-sp, ulysses), or key/value
+// weights replicated over more ranks than heads (tp, tp-sp at t > g).
+bool partial_grad(const ParamDecl& p, const LayerConfig& c);
+// The module's matrices (weights), or its vectors (biases), in declared order: attn.qkv's q and kv
+// weights under GQA, else the one weight. The layers multiply by their concatenation.
+std::vector<std::string> weights(const ModuleDecl& m);
+std::vector<std::string> biases(const ModuleDecl& m);
 
 }  // namespace shardscope::decl

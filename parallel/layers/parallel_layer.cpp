@@ -58,6 +58,12 @@ void validate_parallel_config(const LayerConfig& c) {
   require(c.hidden % c.degree == 0,
           mode + ": hidden " + std::to_string(c.hidden) + " must be divisible by degree " + t,
           {"hidden", "degree"});
+  const std::int64_t g = c.kv_heads_count();
+  require(g % c.degree == 0 || c.degree % g == 0,
+          mode + ": kv_heads " + std::to_string(g) + " and degree " + t +
+              ": one must divide the other (each rank holds kv_heads/degree whole key/value " +
+              "heads, or shares one with degree/kv_heads ranks)",
+          {"kv_heads", "degree"});
   if (c.mode != ParallelMode::ulysses) {
     require(c.ffn_width() % c.degree == 0,
             mode + ": ffn " + std::to_string(c.ffn_width()) + " must be divisible by degree " + t +
@@ -93,8 +99,8 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
     p.name = name;
     p.module = declared.module;
     p.global = tensor.shape();
-    p.placement = decl::placement(*declared.decl, config_.mode);
-    p.partial_grad = decl::partial_grad(*declared.decl, config_.mode);
+    p.placement = decl::placement(*declared.decl, config_);
+    p.partial_grad = decl::partial_grad(*declared.decl, config_);
     const bool block_split =
         config_.planted_bug == PlantedBug::qkv_block_split && p.module == &decl::layer(config_).qkv;
     const Tensor slice = block_split
@@ -121,9 +127,21 @@ Tensor ParallelTransformerLayer::bias(const decl::ModuleDecl& module) const {
 }
 
 Tensor ParallelTransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x) const {
-  const Tensor y = matmul(x, param(decl::weight(module)));
-  const Tensor b = bias(module);
-  return b.defined() ? add(y, b) : y;
+  const LocalWeights w = local_weights(module);
+  std::vector<Tensor> parts;
+  for (const Tensor& weight : w.weights) parts.push_back(matmul(x, weight));
+  const Tensor y = parts.size() == 1 ? parts[0] : concat(parts, x.rank() - 1);
+  return w.bias.defined() ? add(y, w.bias) : y;
+}
+
+ParallelTransformerLayer::LocalWeights ParallelTransformerLayer::local_weights(
+    const decl::ModuleDecl& module) const {
+  LocalWeights out;
+  for (const std::string& n : decl::weights(module)) out.weights.push_back(param(n));
+  std::vector<Tensor> biases;  // added after the product: concatenating them saves nothing
+  for (const std::string& n : decl::biases(module)) biases.push_back(param(n));
+  if (!biases.empty()) out.bias = biases.size() == 1 ? biases[0] : concat(biases, 0);
+  return out;
 }
 
 ParallelTensor ParallelTransformerLayer::dropout_block(const decl::ModuleDecl& dropout,
@@ -148,14 +166,29 @@ ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) cons
   if (config_.mode == ParallelMode::ulysses) return attention_ulysses(x);
   Context& ctx = x.local.ctx();
   const decl::Modules& m = decl::layer(config_);
-  const std::int64_t heads = config_.heads / group_.size();
+  const int t = group_.size();
+  const std::int64_t heads = config_.heads / t, g = config_.kv_heads_count();
+  const std::int64_t kv_heads = g >= t ? g / t : 1;  // t > g: the one head its queries need
   ParallelTensor qkv;
   {
     ScopeGuard s(ctx, m.qkv.scope);
-    qkv = column_parallel_linear(group_, x, param(decl::weight(m.qkv)), bias(m.qkv), linear_);
+    const LocalWeights w = local_weights(m.qkv);
+    qkv = column_parallel_linear(group_, x, w.weights, w.bias, linear_);
+    if (g < t) {
+      // The key/value weights are replicated over more ranks than heads: every rank makes all g
+      // heads' keys and values (from the whole weight, a parameter: nothing extra is saved) and
+      // keeps the head its a/t query heads need, rank / (t / g). The other heads' gradients are
+      // zero here; the all-reduce of the weight's partial gradient sums each head's users.
+      const std::int64_t d = config_.head_dim();
+      const std::vector<Tensor> q_kv = split(qkv.local, 2, {heads * d, 2 * g * d});
+      const Tensor own = chunk(
+          q_kv[1], 2,
+          static_cast<int>(g))[static_cast<std::size_t>(group_.rank() / (t / static_cast<int>(g)))];
+      qkv.local = concat({q_kv[0], own}, 2);
+    }
   }
   // Every rank holds the whole sequence here (tp-sp gathered it): positions from 0.
-  const HeadTensors h = rotary(config_, split_heads(config_, qkv.local, heads), 2, 0);
+  const HeadTensors h = rotary(config_, split_heads(config_, qkv.local, heads, kv_heads), 2, 0);
   Tensor context = merge_heads(config_, attention_core(config_, h, group_.rank() * heads));
   const Shape full{config_.seq, config_.batch, config_.hidden};
   ParallelTensor out;
@@ -174,19 +207,24 @@ ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor&
   const int t = group_.size();
   const std::int64_t s = x.local.dim(0), b = config_.batch, a = config_.heads;
   const std::int64_t d = config_.head_dim();
+  const std::int64_t g = config_.kv_heads_count();
   Tensor qkv;
   {
     ScopeGuard q(ctx, m.qkv.scope);
-    qkv = linear(m.qkv, x.local);  // [s/t, b, 3h]
+    qkv = linear(m.qkv, x.local);  // [s/t, b, 3h], or under GQA [s/t, b, h + 2gd]
   }
-  HeadTensors heads;
+  HeadTensors heads;  // by position: [s/t, b, a, d] and [s/t, b, g, d]
   {
     ScopeGuard hs(ctx, m.heads.scope);
-    // [s/t, b, a, 3, d] -> [3, s/t, b, a, d] -> q, k, v [s/t, b, a, d], by sequence.
-    std::vector<Tensor> parts =
-        chunk(permute(reshape(qkv, {s, b, a, 3, d}), {3, 0, 1, 2, 4}), 0, 3);
-    heads = {reshape(parts[0], {s, b, a, d}), reshape(parts[1], {s, b, a, d}),
-             reshape(parts[2], {s, b, a, d})};
+    if (g == a) {
+      // [s/t, b, a, 3, d] -> [3, s/t, b, a, d] -> q, k, v [s/t, b, a, d], by sequence.
+      std::vector<Tensor> parts =
+          chunk(permute(reshape(qkv, {s, b, a, 3, d}), {3, 0, 1, 2, 4}), 0, 3);
+      heads = {reshape(parts[0], {s, b, a, d}), reshape(parts[1], {s, b, a, d}),
+               reshape(parts[2], {s, b, a, d})};
+    } else {
+      heads = split_grouped_by_position(config_, qkv, a, g);
+    }
   }
   // Rotated on the sequence shard (before the all-to-all, as Megatron-DeepSpeed does), so each
   // position is rotated by its global index: this rank's rows start at rank * s/t.
@@ -196,13 +234,26 @@ ParallelTensor ParallelTransformerLayer::attention_ulysses(const ParallelTensor&
   heads = rotary(config_, heads, 0, first_position);
   {
     ScopeGuard hs(ctx, m.heads.scope);
+    // Fewer key/value heads than ranks (t > g): each head repeated t/g times, so that the
+    // all-to-all gives every rank the head its a/t query heads need (DeepSpeed-Ulysses's
+    // treatment of GQA); backward sums the copies' gradients.
+    const std::int64_t sent_kv = std::max<std::int64_t>(g, t);
+    if (sent_kv != g) {
+      for (Tensor* kv : {&heads.k, &heads.v}) {
+        const std::vector<Tensor> one = chunk(*kv, 2, static_cast<int>(g));
+        std::vector<Tensor> copies;
+        for (const Tensor& head : one)
+          copies.insert(copies.end(), static_cast<std::size_t>(t / g), head);
+        *kv = concat(copies, 2);
+      }
+    }
     // Each of q, k, v from sequence to head shards.
     Tensor* slots[] = {&heads.q, &heads.k, &heads.v};
-    const Shape global{s * t, b, a, d};
     for (Tensor* slot : slots) {
+      const Shape global{s * t, b, slot == &heads.q ? a : sent_kv, d};
       const ParallelTensor seq_sharded =
           ParallelTensor::make(*slot, Placement::shard(0), global, t);
-      *slot = permute(seq_to_heads(group_, seq_sharded).local, {1, 2, 0, 3});  // [b, a/t, s, d]
+      *slot = permute(seq_to_heads(group_, seq_sharded).local, {1, 2, 0, 3});  // [b, heads/t, s, d]
     }
   }
   Tensor context = attention_core(config_, heads, group_.rank() * (a / t));  // [b, a/t, s, d]

@@ -55,6 +55,13 @@ class ParallelTransformerLayer {
  private:
   const Tensor& param(const std::string& name) const;
   Tensor bias(const decl::ModuleDecl& module) const;  // undefined when the module has none
+  // A module's weights and bias as this rank holds them: its parameters' local tensors (GQA's q
+  // and kv weights, side by side in the product; its biases concatenated).
+  struct LocalWeights {
+    std::vector<Tensor> weights;
+    Tensor bias;  // undefined without biases
+  };
+  LocalWeights local_weights(const decl::ModuleDecl& module) const;
   // x W + b of a module whose weights are whole on this rank (Ulysses).
   Tensor linear(const decl::ModuleDecl& module, const Tensor& x) const;
   ParallelTensor attention(const ParallelTensor& x) const;

@@ -25,34 +25,88 @@ Tensor gather_sequence(ProcessGroup& g, const Tensor& x_shard, PlantedBug bug) {
 
 Tensor gather_matmul(ProcessGroup& g, const Tensor& x_shard, const Tensor& weight,
                      bool keep_gathered_input, PlantedBug bug) {
-  ops_detail::OpRecord r("gather_matmul", {x_shard, weight},
+  return gather_matmul(g, x_shard, std::vector<Tensor>{weight}, keep_gathered_input, bug);
+}
+
+namespace {
+
+// The weights side by side, [in, sum of out], copied outside autograd: a value the op uses, never
+// saved (the op saves the weights themselves, which are parameters).
+Tensor side_by_side(const std::vector<Tensor>& weights) {
+  if (weights.size() == 1) return weights[0];
+  std::int64_t columns = 0;
+  for (const Tensor& w : weights) columns += w.dim(1);
+  Tensor out = ops_detail::new_tensor(weights[0].ctx(), Shape{weights[0].dim(0), columns},
+                                      weights[0].dtype());
+  std::int64_t at = 0;
+  for (const Tensor& w : weights) {
+    out.ctx().backend().copy_slice(w, 1, 0, out, at, w.dim(1));
+    at += w.dim(1);
+  }
+  return out;
+}
+
+// The inverse: `fused` [in, sum of out] cut into pieces as wide as the weights.
+std::vector<Tensor> cut_like(const Tensor& fused, const std::vector<Tensor>& weights) {
+  if (weights.size() == 1) return {fused};
+  std::vector<Tensor> out;
+  std::int64_t at = 0;
+  for (const Tensor& w : weights) {
+    Tensor piece = ops_detail::new_tensor(fused.ctx(), w.shape(), fused.dtype());
+    fused.ctx().backend().copy_slice(fused, 1, at, piece, 0, w.dim(1));
+    out.push_back(piece);
+    at += w.dim(1);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor gather_matmul(ProcessGroup& g, const Tensor& x_shard, const std::vector<Tensor>& weights,
+                     bool keep_gathered_input, PlantedBug bug) {
+  std::vector<Tensor> inputs{x_shard};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  ops_detail::OpRecord r("gather_matmul", inputs,
                          "Shard(0) -> Shard(" + std::to_string(x_shard.rank() - 1) + ")");
   ops_detail::check_floating(r, x_shard, "x");
-  ops_detail::check_same_dtype(r, x_shard, weight);
-  if (weight.rank() != 2 || x_shard.rank() < 2 || x_shard.dim(-1) != weight.dim(0)) {
-    throw ShapeError(r.where() + ": x " + x_shard.describe() + " and weight " + weight.describe() +
-                     " need x [..., in] and weight [in, out]");
+  if (weights.empty()) throw ArgumentError(r.where() + ": no weight");
+  for (const Tensor& weight : weights) {
+    ops_detail::check_same_dtype(r, x_shard, weight);
+    if (weight.rank() != 2 || x_shard.rank() < 2 || x_shard.dim(-1) != weight.dim(0)) {
+      throw ShapeError(r.where() + ": x " + x_shard.describe() + " and weight " +
+                       weight.describe() + " need x [..., in] and weight [in, out]");
+    }
   }
   Tensor total = gather_sequence(g, x_shard, bug);  // [s, ..., in]
-  Tensor y = ops_detail::linear_values(total, weight);
+  Tensor y = ops_detail::linear_values(total, side_by_side(weights));
   if (r.needs_grad()) {
     ProcessGroup* group = &g;
-    // dW = total^T dY (total re-gathered unless kept); dx = reduce_scatter(dY W^T)
-    Node& node =
-        r.record([group, keep_gathered_input, bug](Node& n, const std::vector<Tensor>& grads) {
+    const std::size_t n = weights.size();
+    // dW = total^T dY (total re-gathered unless kept), cut per weight; dx = reduce_scatter(dY W^T)
+    Node& node = r.record(
+        [group, keep_gathered_input, bug, n](Node& self, const std::vector<Tensor>& grads) {
           const Tensor& dy = grads[0];
-          Tensor dx, dw;
-          if (n.needs_input_grad(1)) {
+          std::vector<Tensor> ws;
+          for (std::size_t i = 0; i < n; ++i) ws.push_back(self.saved(1 + i));
+          std::vector<Tensor> out(1 + n);
+          bool any_weight = false;
+          for (std::size_t i = 0; i < n; ++i)
+            any_weight = any_weight || self.needs_input_grad(1 + i);
+          if (any_weight) {
             const Tensor full =
-                keep_gathered_input ? n.saved(0) : gather_sequence(*group, n.saved(0), bug);
-            dw = ops_detail::linear_grad_weight(full, dy);
+                keep_gathered_input ? self.saved(0) : gather_sequence(*group, self.saved(0), bug);
+            const std::vector<Tensor> dw = cut_like(ops_detail::linear_grad_weight(full, dy), ws);
+            for (std::size_t i = 0; i < n; ++i) {
+              if (self.needs_input_grad(1 + i)) out[1 + i] = dw[i];
+            }
           }
-          if (n.needs_input_grad(0))
-            dx = group->reduce_scatter(ops_detail::linear_grad_input(dy, n.saved(1)));
-          return std::vector<Tensor>{dx, dw};
+          if (self.needs_input_grad(0)) {
+            out[0] = group->reduce_scatter(ops_detail::linear_grad_input(dy, side_by_side(ws)));
+          }
+          return out;
         });
     node.save(keep_gathered_input ? total : x_shard);
-    node.save(weight);
+    for (const Tensor& weight : weights) node.save(weight);
   }
   return r.finish(y);
 }
@@ -60,17 +114,30 @@ Tensor gather_matmul(ProcessGroup& g, const Tensor& x_shard, const Tensor& weigh
 ParallelTensor column_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
                                       const Tensor& weight_shard, const Tensor& bias_shard,
                                       const ParallelLinearOptions& options) {
+  return column_parallel_linear(g, x, std::vector<Tensor>{weight_shard}, bias_shard, options);
+}
+
+ParallelTensor column_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
+                                      const std::vector<Tensor>& weight_shards,
+                                      const Tensor& bias_shard,
+                                      const ParallelLinearOptions& options) {
   Shape global = x.global;
-  global[global.rank() - 1] = weight_shard.dim(1) * g.size();
+  std::int64_t columns = 0;
+  for (const Tensor& w : weight_shards) columns += w.dim(1);
+  global[global.rank() - 1] = columns * g.size();
   const Placement out = Placement::shard(global.rank() - 1);
   Tensor y;
   if (options.sequence_parallel) {
     expect_placement(x.local.ctx().where("column_parallel_linear (sequence parallel)"), x,
                      Placement::shard(0));
     global[0] = x.global[0];
-    y = gather_matmul(g, x.local, weight_shard, options.keep_gathered_input, options.planted_bug);
+    y = gather_matmul(g, x.local, weight_shards, options.keep_gathered_input, options.planted_bug);
   } else {
-    y = matmul(copy_to_tp(g, x, options.planted_bug).local, weight_shard);
+    // One copy_to_tp (one all-reduce of its gradient) for every weight.
+    const Tensor input = copy_to_tp(g, x, options.planted_bug).local;
+    std::vector<Tensor> parts;
+    for (const Tensor& w : weight_shards) parts.push_back(matmul(input, w));
+    y = parts.size() == 1 ? parts[0] : concat(parts, parts[0].rank() - 1);
   }
   if (bias_shard.defined()) y = add(y, bias_shard);
   return ParallelTensor::make(y, out, global, g.size());

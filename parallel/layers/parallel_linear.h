@@ -10,6 +10,8 @@
 //   row, TP-SP:     x Shard(-1) -> x_r W_r (Partial) -> reduce_scatter_seq -> + b -> Shard(0)
 #pragma once
 
+#include <vector>
+
 #include "parallel/comm/process_group.h"
 #include "parallel/layers/placement.h"
 #include "parallel/layers/planted_bug.h"
@@ -27,6 +29,12 @@ struct ParallelLinearOptions {
 ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
                                       const Tensor& weight_shard, const Tensor& bias_shard,
                                       const ParallelLinearOptions& options);
+// Several column-parallel weights on one input, their outputs side by side (GQA's query and
+// key/value weights): one copy_to_tp, or in tp-sp one all-gather, for all of them.
+ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
+                                      const std::vector<Tensor>& weight_shards,
+                                      const Tensor& bias_shard,
+                                      const ParallelLinearOptions& options);
 ParallelTensor row_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
                                    const Tensor& weight_shard, const Tensor& bias,
                                    const ParallelLinearOptions& options);
@@ -35,6 +43,10 @@ ParallelTensor row_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
 // y = all_gather(x_shard) W. Exposed for tests.
 // `bug` plants sp-gather-wrong-dim.
 Tensor gather_matmul(ProcessGroup& group, const Tensor& x_shard, const Tensor& weight,
+                     bool keep_gathered_input, PlantedBug bug = PlantedBug::none);
+// The same with several weights [in, out_i], the output their products side by side
+// [..., sum out_i]: one gather, one saved input, one reduce-scatter of the input's gradient.
+Tensor gather_matmul(ProcessGroup& group, const Tensor& x_shard, const std::vector<Tensor>& weights,
                      bool keep_gathered_input, PlantedBug bug = PlantedBug::none);
 
 }  // namespace shardscope

@@ -180,6 +180,10 @@ void validate_planted_bug(PlantedBug bug, const LayerConfig& config) {
     throw ArgumentError(std::string("planted_bug ") + info.name +
                         " is a mistake of the rotary embedding: it needs rope on");
   }
+  if (bug == PlantedBug::qkv_block_split && config.kv_heads_count() != config.heads) {
+    throw ArgumentError(std::string("planted_bug ") + info.name +
+                        " is a mistake with GPT's fused QKV weight: it needs kv_heads = heads");
+  }
   if (bug == PlantedBug::layernorm_local_shard && config.norm != Norm::layernorm) {
     throw ArgumentError(std::string("planted_bug ") + info.name + " needs norm layernorm, given " +
                         norm_name(config.norm));

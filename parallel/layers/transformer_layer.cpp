@@ -14,30 +14,56 @@ namespace shardscope {
 
 namespace {
 
-// LayerWeights' members in the order of the parameters of the fullest declaration (LayerNorms
-// and biases: the default configuration's decl::parameters). A configuration declares these or a
-// part of them (RMSNorm has no bias; bias off drops the linears'); the members it does not
+// LayerWeights' members, in the order of the parameters of the two fullest declarations merged
+// (LayerNorms and biases, with GPT's fused QKV and with grouped-query attention's q and kv
+// weights): a configuration declares some of them, in this order; the members it does not
 // declare stay undefined. The names, shapes and initialisation come from the declaration; this
 // only says which member holds each.
 constexpr Tensor LayerWeights::*kMembers[] = {
-    &LayerWeights::ln1_weight, &LayerWeights::ln1_bias,    &LayerWeights::qkv_weight,
-    &LayerWeights::qkv_bias,   &LayerWeights::proj_weight, &LayerWeights::proj_bias,
-    &LayerWeights::ln2_weight, &LayerWeights::ln2_bias,    &LayerWeights::fc1_weight,
-    &LayerWeights::fc1_bias,   &LayerWeights::fc2_weight,  &LayerWeights::fc2_bias,
+    &LayerWeights::ln1_weight, &LayerWeights::ln1_bias,   &LayerWeights::q_weight,
+    &LayerWeights::q_bias,     &LayerWeights::kv_weight,  &LayerWeights::kv_bias,
+    &LayerWeights::qkv_weight, &LayerWeights::qkv_bias,   &LayerWeights::proj_weight,
+    &LayerWeights::proj_bias,  &LayerWeights::ln2_weight, &LayerWeights::ln2_bias,
+    &LayerWeights::fc1_weight, &LayerWeights::fc1_bias,   &LayerWeights::fc2_weight,
+    &LayerWeights::fc2_bias,
 };
 constexpr std::size_t kMemberCount = sizeof(kMembers) / sizeof(kMembers[0]);
 
-// The fullest declaration's parameter names: kMembers[i] holds the parameter named names[i].
-const std::vector<std::string>& member_names() {
-  static const std::vector<std::string> names = [] {
-    const std::vector<decl::Param> params = decl::parameters(LayerConfig());
-    if (params.size() != kMemberCount) {
+struct MemberNames {
+  std::vector<std::string> names;       // kMembers[i] holds the parameter names[i]
+  std::vector<std::uint64_t> seed_key;  // its random stream: GPT's parameters keep their index in
+                                        // GPT's list, the grouped ones follow
+};
+
+// The two declarations' parameter names merged: GPT's, with grouped-query attention's own ones
+// inserted where that declaration has them.
+const MemberNames& member_names() {
+  static const MemberNames names = [] {
+    std::vector<std::string> gpt, gqa;
+    for (const decl::Param& p : decl::parameters(LayerConfig())) gpt.push_back(p.name);
+    LayerConfig grouped;
+    grouped.kv_heads = 1;
+    for (const decl::Param& p : decl::parameters(grouped)) gqa.push_back(p.name);
+    MemberNames out;
+    out.names = gpt;
+    for (std::size_t i = 0; i < gpt.size(); ++i) out.seed_key.push_back(i);
+    std::uint64_t next = gpt.size();
+    std::size_t at = 0;  // where the next name of gqa goes: after the last one placed
+    for (const std::string& n : gqa) {
+      const auto found = std::find(out.names.begin(), out.names.end(), n);
+      if (found != out.names.end()) {
+        at = static_cast<std::size_t>(found - out.names.begin()) + 1;
+        continue;
+      }
+      out.names.insert(out.names.begin() + static_cast<std::ptrdiff_t>(at), n);
+      out.seed_key.insert(out.seed_key.begin() + static_cast<std::ptrdiff_t>(at), next++);
+      ++at;
+    }
+    if (out.names.size() != kMemberCount) {
       throw StateError("LayerWeights has " + std::to_string(kMemberCount) +
-                       " members, the layer declaration " + std::to_string(params.size()) +
+                       " members, the layer declarations " + std::to_string(out.names.size()) +
                        " parameters");
     }
-    std::vector<std::string> out;
-    for (const decl::Param& p : params) out.push_back(p.name);
     return out;
   }();
   return names;
@@ -47,10 +73,11 @@ const std::vector<std::string>& member_names() {
 struct Slot {
   decl::Param param;
   Tensor LayerWeights::*member;
-  std::uint64_t index;  // in the fullest declaration: keys the parameter's random stream
+  std::size_t index;       // of the member
+  std::uint64_t seed_key;  // keys the parameter's random stream
 };
 std::vector<Slot> slots(const LayerConfig& c) {
-  const std::vector<std::string>& names = member_names();
+  const std::vector<std::string>& names = member_names().names;
   std::vector<Slot> out;
   for (decl::Param& p : decl::parameters(c)) {
     const auto at = std::find(names.begin(), names.end(), p.name);
@@ -58,7 +85,7 @@ std::vector<Slot> slots(const LayerConfig& c) {
       throw StateError("LayerWeights has no member for the declared parameter " + p.name);
     }
     const auto i = static_cast<std::size_t>(at - names.begin());
-    out.push_back({std::move(p), kMembers[i], i});
+    out.push_back({std::move(p), kMembers[i], i, member_names().seed_key[i]});
   }
   return out;
 }
@@ -73,7 +100,7 @@ void check_weights(const LayerConfig& c, const LayerWeights& w) {
                                          [&](const Slot& slot) { return slot.index == i; });
     if (!is_declared && (w.*kMembers[i]).defined()) {
       throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) +
-                          "): " + member_names()[i] + " is given, but a layer of norm " +
+                          "): " + member_names().names[i] + " is given, but a layer of norm " +
                           norm_name(c.norm) + ", bias " + (c.bias ? "on" : "off") +
                           " has no such parameter");
     }
@@ -104,7 +131,8 @@ void check_weights(const LayerConfig& c, const LayerWeights& w) {
 std::vector<std::pair<std::string, Tensor>> LayerWeights::named() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (std::size_t i = 0; i < kMemberCount; ++i) {
-    if ((this->*kMembers[i]).defined()) out.emplace_back(member_names()[i], this->*kMembers[i]);
+    if ((this->*kMembers[i]).defined())
+      out.emplace_back(member_names().names[i], this->*kMembers[i]);
   }
   return out;
 }
@@ -119,7 +147,7 @@ LayerWeights copy_weights(const LayerWeights& from, Context& ctx) {
   LayerWeights w;
   for (std::size_t i = 0; i < kMemberCount; ++i) {
     const Tensor& t = from.*kMembers[i];
-    if (t.defined()) w.*kMembers[i] = Tensor::parameter(t.copy_to(ctx), member_names()[i]);
+    if (t.defined()) w.*kMembers[i] = Tensor::parameter(t.copy_to(ctx), member_names().names[i]);
   }
   return w;
 }
@@ -130,7 +158,7 @@ LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
   const std::uint64_t first = kSeedWeights + 64 * static_cast<std::uint64_t>(c.layer);
   for (const Slot& slot : slots(c)) {
     const Shape& shape = slot.param.shape;
-    const std::uint64_t key = kernels::derive_seed(c.seed, first + slot.index);
+    const std::uint64_t key = kernels::derive_seed(c.seed, first + slot.seed_key);
     const decl::Init init = slot.param.decl->init;
     Tensor values = init == decl::Init::normal
                         ? Tensor::randn(ctx, shape, key, 0.02, c.dtype)
@@ -165,8 +193,16 @@ Tensor TransformerLayer::norm(const decl::ModuleDecl& module, const Tensor& x, c
 
 Tensor TransformerLayer::attention(const Tensor& x) const {
   const decl::Modules& m = decl::layer(config_);
-  Tensor qkv = linear(m.qkv, x, weights_.qkv_weight, weights_.qkv_bias);  // [s, b, 3h]
-  const HeadTensors heads = rotary(config_, split_heads(config_, qkv, config_.heads), 2, 0);
+  Tensor qkv;  // [s, b, 3h], or under GQA [s, b, h + 2gd]: the queries', then the keys' and values'
+  if (config_.kv_heads_count() == config_.heads) {
+    qkv = linear(m.qkv, x, weights_.qkv_weight, weights_.qkv_bias);
+  } else {  // the two products side by side (concatenating the weights would save a copy)
+    ScopeGuard s(x.ctx(), m.qkv.scope);
+    qkv = concat({matmul(x, weights_.q_weight), matmul(x, weights_.kv_weight)}, 2);
+    if (config_.bias) qkv = add(qkv, concat({weights_.q_bias, weights_.kv_bias}, 0));
+  }
+  const HeadTensors heads =
+      rotary(config_, split_heads(config_, qkv, config_.heads, config_.kv_heads_count()), 2, 0);
   Tensor context = merge_heads(config_, attention_core(config_, heads, 0));
   Tensor out = linear(m.proj, context, weights_.proj_weight, weights_.proj_bias);
   return layer_dropout(config_, m.out_dropout, out);

@@ -22,8 +22,11 @@ namespace shardscope {
 // The layer's parameters, a member each; those the configuration does not declare (a bias with
 // LayerConfig::bias off, RMSNorm's bias) are undefined.
 struct LayerWeights {
-  Tensor ln1_weight, ln1_bias;    // [h]
-  Tensor qkv_weight, qkv_bias;    // [h, 3h], [3h]
+  Tensor ln1_weight, ln1_bias;  // [h]
+  Tensor qkv_weight, qkv_bias;  // [h, 3h], [3h]
+  // Grouped-query attention (g < a) instead of qkv_weight and qkv_bias: [h, h], [h], [h, 2gd],
+  // [2gd].
+  Tensor q_weight, q_bias, kv_weight, kv_bias;
   Tensor proj_weight, proj_bias;  // [h, h], [h]
   Tensor ln2_weight, ln2_bias;    // [h]
   Tensor fc1_weight, fc1_bias;    // [h, f], [f] (SwiGLU: [h, 2f], [2f], gate and up interleaved)

@@ -1,6 +1,8 @@
 // The ring formulas and the layer's communication model.
 #include "parallel/models/comm_model.h"
 
+#include <algorithm>
+
 #include "parallel/layers/layer_decl.h"
 
 namespace shardscope {
@@ -64,17 +66,24 @@ std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input)
            sbh_bytes);
       line(CollectiveKind::reduce_scatter, bwd, act, columns, sbh_bytes);
       break;
-    case ParallelMode::ulysses:  // q, k and v to head shards, the context back; the same backward
-      line(CollectiveKind::all_to_all, fwd, act, 4, sbh_bytes / t);
-      line(CollectiveKind::all_to_all, bwd, act, 4, sbh_bytes / t);
+    case ParallelMode::ulysses: {
+      // q, k and v to head shards, the context back; the same backward. Keys and values have g
+      // heads, repeated to t where t > g so every rank receives one.
+      const double kv_bytes = sbh_bytes / static_cast<double>(c.heads) *
+                              static_cast<double>(std::max<std::int64_t>(c.kv_heads_count(), t));
+      for (const Phase phase : {fwd, bwd}) {
+        line(CollectiveKind::all_to_all, phase, act, 2, sbh_bytes / t);
+        line(CollectiveKind::all_to_all, phase, act, 2, kv_bytes / t);
+      }
       break;
+    }
     case ParallelMode::single:
       break;
   }
   // One all-reduce per parameter whose gradient is a partial sum over sequence shards, in the
   // declared order.
   for (const decl::Param& p : decl::parameters(c)) {
-    if (decl::partial_grad(*p.decl, c.mode)) {
+    if (decl::partial_grad(*p.decl, c)) {
       line(CollectiveKind::all_reduce, bwd, grad, 1, static_cast<double>(p.shape.numel()) * A);
     }
   }

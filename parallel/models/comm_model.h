@@ -29,8 +29,8 @@ double ring_bytes_sent(CollectiveKind kind, double full_bytes, int t);
 //   tp-sp    forward 2 all-gather + 2 reduce-scatter; backward 2 reduce-scatter + 2 all-gather
 //            (+ 2 all-gathers re-gathering the linear inputs unless they are kept); then the
 //            gradients of the replicated parameters (norms, row-parallel biases) all-reduced
-//   ulysses  forward and backward 4 all-to-all each (q, k, v to heads; context back); then every
-//            parameter gradient all-reduced
+//   ulysses  forward and backward 4 all-to-all each (q, k, v to heads; context back; keys and
+//            values of max(g, t) heads under GQA); then every parameter gradient all-reduced
 // The counts come from the declaration (layer_decl.h): a collective per column- or row-parallel
 // linear, an all-reduce per parameter whose gradient is a partial sum (decl::partial_grad).
 std::vector<CommLine> comm_model(const LayerConfig& config, bool keep_gathered_input);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "autograd/dtype.h"
 #include "parallel/layers/layer_decl.h"
@@ -10,21 +11,34 @@
 namespace shardscope {
 namespace {
 
-// A saved activation's sbw width as a multiple of a size symbol: k h where the width is a whole
-// multiple of h (the fused QKV's 3h, GPT's f = 4h), else k f (SwiGLU's 2f).
+// The sizes the formulas are written in, in their order: s b h, s b g d (keys and values under
+// grouped-query attention), s b f (the MLP's width where it is no multiple of h), a s^2 b.
+const char* const kSizes[] = {"sbh", "sbgd", "sbf", "as^2b"};
+constexpr int kSizeCount = 4;
+
+// A part's size as a multiple of one of kSizes: k h where the width is a whole multiple of h
+// (the fused QKV's 3h, GPT's f = 4h, g d = h when g = a), else k f or k g d.
 struct SizeOf {
   double k;
-  const char* size;  // "sbh", "sbf"
+  int size;  // index into kSizes
 };
-SizeOf size_of(decl::Width w, const LayerConfig& c) {
-  const double h = static_cast<double>(c.hidden);
-  const double width = static_cast<double>(decl::width(w, c));
-  const double in_f = width / static_cast<double>(c.ffn_width());
-  if (w == decl::Width::ffn || w == decl::Width::gate_up) {
-    if (c.ffn_width() % c.hidden != 0) return {in_f, "sbf"};
-  }
-  return {width / h, "sbh"};
+SizeOf size_of(const decl::SavedPart& p, const LayerConfig& c) {
+  if (p.as2b) return {p.coeff, 3};
+  const std::int64_t width = decl::width(p.width, c);
+  // The symbol's own unit: g d for keys and values, f for the MLP; in h where that unit is a
+  // whole multiple of h (so 2f with f = 1.5h stays 2f, not 3h).
+  const bool kv = p.width == decl::Width::kv_head || p.width == decl::Width::kv;
+  const bool mlp = p.width == decl::Width::ffn || p.width == decl::Width::gate_up;
+  const std::int64_t unit = kv ? c.kv_heads_count() * c.head_dim() : mlp ? c.ffn_width() : c.hidden;
+  if (unit % c.hidden == 0) return {p.coeff * static_cast<double>(width / c.hidden), 0};
+  return {p.coeff * static_cast<double>(width) / static_cast<double>(unit), kv ? 1 : 2};
 }
+
+// How a mode splits a part over its ranks: the divisor and its symbol ("" for whole).
+struct SplitOf {
+  double divisor;
+  const char* symbol;  // "", "t" or "g"
+};
 
 // "16A + 2M": a sum of A and M coefficients ("A" for 1A); empty for none.
 std::string coefficients(double a, double m) {
@@ -38,52 +52,99 @@ std::string coefficients(double a, double m) {
   return ta.empty() ? tm : tm.empty() ? ta : ta + " + " + tm;
 }
 
-// A term's formula as the papers write it: "A sbh", "2A sbh", "M as^2b", "(A as^2b + A sbh)",
-// with "/t" when the term is split over the ranks.
-std::string term_formula(const decl::SavedDecl& d, const LayerConfig& c, bool split) {
-  std::vector<std::string> parts;
-  auto add = [&](double k, const char* unit, const char* size) {
-    if (k == 0) return;
-    parts.push_back(coefficients(unit[0] == 'A' ? k : 0, unit[0] == 'M' ? k : 0) + " " + size);
-  };
-  const SizeOf w = size_of(d.width, c);
-  add(d.a_as2b, "A", "as^2b");
-  add(d.m_as2b, "M", "as^2b");
-  add(d.a_sbh * w.k, "A", w.size);
-  add(d.m_sbh * w.k, "M", w.size);
-  std::string f;
-  for (const std::string& part : parts) f += (f.empty() ? "" : " + ") + part;
-  if (parts.size() > 1) f = "(" + f + ")";
-  return f + (split ? "/t" : "");
+// The A and M coefficients of one size, per split symbol: [0] whole, [1] /t, [2] /g.
+struct Coefficients {
+  double a[3] = {0, 0, 0}, m[3] = {0, 0, 0};
+  bool empty() const {
+    for (int i = 0; i < 3; ++i) {
+      if (a[i] != 0 || m[i] != 0) return false;
+    }
+    return true;
+  }
+};
+int split_index(const char* symbol) {
+  return symbol[0] == 't' ? 1 : symbol[0] == 'g' ? 2 : 0;
+}
+const char* const kSplitSymbols[] = {"", "/t", "/g"};
+
+// "sbh(4A + 2M + 12A/t)", "as^2b(2A + M)/t": one size's coefficients, those split written with
+// their divisor (factored out of the parentheses when the whole size is split one way).
+std::string size_text(const char* size, const Coefficients& k) {
+  int used = 0, only = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (k.a[i] != 0 || k.m[i] != 0) {
+      ++used;
+      only = i;
+    }
+  }
+  if (used == 1)
+    return std::string(size) + "(" + coefficients(k.a[only], k.m[only]) + ")" + kSplitSymbols[only];
+  std::string inside;
+  for (int i = 0; i < 3; ++i) {
+    std::string c = coefficients(k.a[i], k.m[i]);
+    if (c.empty()) continue;
+    if (i > 0 && c.find('+') != std::string::npos) c = "(" + c + ")";
+    inside += (inside.empty() ? "" : " + ") + c + kSplitSymbols[i];
+  }
+  return std::string(size) + "(" + inside + ")";
 }
 
-// The closed form of the terms' sum, grouped by size (sbh, sbf, as^2b) and by whether the mode
-// splits them: "sbh(16A + 2M) + as^2b(2A + M)", "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t",
-// "(sbh(16A + 2M) + as^2b(2A + M))/t" when every term is split.
-struct Group {
-  const char* size;
-  double a[2] = {0, 0}, m[2] = {0, 0};  // [whole, split]
-};
-std::string closed_form(std::vector<Group> groups) {
-  bool all_split = true;
-  for (const Group& g : groups) all_split = all_split && g.a[0] == 0 && g.m[0] == 0;
-  std::string out;
-  for (const Group& g : groups) {
-    const std::string whole = coefficients(g.a[0], g.m[0]);
-    std::string split = coefficients(g.a[1], g.m[1]);
-    if (whole.empty() && split.empty()) continue;
-    std::string text;
-    if (all_split || whole.empty()) {
-      text = std::string(g.size) + "(" + split + ")" + (all_split ? "" : "/t");
-    } else if (split.empty()) {
-      text = std::string(g.size) + "(" + whole + ")";
-    } else {
-      if (split.find('+') != std::string::npos) split = "(" + split + ")";
-      text = std::string(g.size) + "(" + whole + " + " + split + "/t)";
-    }
-    out += (out.empty() ? "" : " + ") + text;
+// The closed form of the terms' sum: "sbh(16A + 2M) + as^2b(2A + M)",
+// "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t", and "(sbh(16A + 2M) + as^2b(2A + M))/t" when every
+// part is split over t.
+std::string closed_form(const Coefficients (&sizes)[kSizeCount]) {
+  bool all_t = true;
+  for (const Coefficients& k : sizes) {
+    all_t = all_t && k.a[0] == 0 && k.m[0] == 0 && k.a[2] == 0 && k.m[2] == 0;
   }
-  return all_split && !out.empty() ? "(" + out + ")/t" : out;
+  std::string out;
+  for (int i = 0; i < kSizeCount; ++i) {
+    if (sizes[i].empty()) continue;
+    Coefficients k = sizes[i];
+    if (all_t) {  // the /t is factored out of the whole sum
+      k.a[0] = k.a[1];
+      k.m[0] = k.m[1];
+      k.a[1] = k.m[1] = 0;
+    }
+    out += (out.empty() ? "" : " + ") + size_text(kSizes[i], k);
+  }
+  return all_t && !out.empty() ? "(" + out + ")/t" : out;
+}
+
+// A term's formula as the papers write it: "A sbh", "2A sbh/t", "(A as^2b + A sbh)/t", its parts
+// of one size and split summed.
+std::string term_formula(const decl::SavedDecl& d, const LayerConfig& c,
+                         const std::vector<SplitOf>& splits) {
+  // [size][split] coefficients, A and M.
+  Coefficients sizes[kSizeCount];
+  for (std::size_t i = 0; i < d.parts.size(); ++i) {
+    const SizeOf z = size_of(d.parts[i], c);
+    const int split = split_index(splits[i].symbol);
+    (d.parts[i].unit == 'A' ? sizes[z.size].a : sizes[z.size].m)[split] += z.k;
+  }
+  std::vector<std::string> parts;
+  std::set<int> used_splits;
+  for (const int size : {3, 0, 1, 2}) {  // as^2b first, as the papers write probs x V
+    for (int split = 0; split < 3; ++split) {
+      const Coefficients& k = sizes[size];
+      if (k.a[split] != 0)
+        parts.push_back(coefficients(k.a[split], 0) + " " + kSizes[size] + "|" +
+                        std::to_string(split));
+      if (k.m[split] != 0)
+        parts.push_back(coefficients(0, k.m[split]) + " " + kSizes[size] + "|" +
+                        std::to_string(split));
+      if (k.a[split] != 0 || k.m[split] != 0) used_splits.insert(split);
+    }
+  }
+  const bool one_split = used_splits.size() == 1;
+  std::string f;
+  for (std::string part : parts) {
+    const int split = part.back() - '0';
+    part.resize(part.size() - 2);
+    f += (f.empty() ? "" : " + ") + part + (one_split ? "" : kSplitSymbols[split]);
+  }
+  if (parts.size() > 1) f = "(" + f + ")";
+  return f + (one_split ? kSplitSymbols[*used_splits.begin()] : "");
 }
 
 }  // namespace
@@ -93,54 +154,57 @@ ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input)
   const double M = 1.0;
   const double s = static_cast<double>(c.seq), b = static_cast<double>(c.batch);
   const double t = static_cast<double>(c.mode == ParallelMode::single ? 1 : c.degree);
+  const double g = static_cast<double>(c.kv_heads_count());
   const double sb = s * b;
   const double as2b = static_cast<double>(c.heads) * s * s * b;
   const bool drop = c.dropout > 0.0;
-  // Whether the mode splits each kind of saved activation over its t ranks (decl::SavedSplit):
+  // How the mode splits each kind of saved activation over its t ranks (decl::SavedSplit):
   // heads in every parallel mode; the activations between blocks everywhere but tp; a
   // column-parallel linear's input where it is sequence-sharded; the MLP's inner ones by columns
-  // or rows, always.
-  auto splits = [&](decl::SavedSplit k) {
-    if (c.mode == ParallelMode::single) return false;
+  // or rows, always; keys and values over min(t, g) (a rank holds one of g heads where t > g).
+  auto split_of = [&](decl::SavedSplit k) -> SplitOf {
+    if (c.mode == ParallelMode::single) return {1, ""};
     switch (k) {
       case decl::SavedSplit::block:
-        return c.mode != ParallelMode::tp;
+        return c.mode == ParallelMode::tp ? SplitOf{1, ""} : SplitOf{t, "t"};
       case decl::SavedSplit::input:
-        return !(c.mode == ParallelMode::tp ||
-                 (c.mode == ParallelMode::tp_sp && keep_gathered_input));
+        return c.mode == ParallelMode::tp || (c.mode == ParallelMode::tp_sp && keep_gathered_input)
+                   ? SplitOf{1, ""}
+                   : SplitOf{t, "t"};
+      case decl::SavedSplit::kv_heads:
+        return t <= g ? SplitOf{t, "t"} : SplitOf{g, "g"};
       case decl::SavedSplit::heads:
       case decl::SavedSplit::columns:
-        return true;
+        return {t, "t"};
     }
-    return true;
+    return {t, "t"};
   };
   // The op that saves a column-parallel linear's input: tp-sp's gather_matmul, else matmul.
   const char* column_op = c.mode == ParallelMode::tp_sp ? "gather_matmul" : "matmul";
   ActivationModel m;
-  std::vector<Group> groups{{"sbh"}, {"sbf"}, {"as^2b"}};
+  Coefficients sizes[kSizeCount];
   for (const decl::ModuleDecl& module : decl::modules(c)) {
     for (const decl::SavedDecl& d : module.saved) {
       if (!d.applies(drop)) continue;
-      const bool split = splits(d.split);
-      const double width = static_cast<double>(decl::width(d.width, c));
-      const double bytes =
-          ((d.a_sbh * A + d.m_sbh * M) * sb * width + (d.a_as2b * A + d.m_as2b * M) * as2b) /
-          (split ? t : 1.0);
+      std::vector<SplitOf> splits;
+      double bytes = 0;
+      for (const decl::SavedPart& p : d.parts) {
+        splits.push_back(split_of(p.split));
+        const double size = p.as2b ? as2b : sb * static_cast<double>(decl::width(p.width, c));
+        bytes += p.coeff * (p.unit == 'A' ? A : M) * size / splits.back().divisor;
+        const SizeOf z = size_of(p, c);
+        (p.unit == 'A' ? sizes[z.size].a : sizes[z.size].m)[split_index(splits.back().symbol)] +=
+            z.k;
+      }
       m.terms.push_back(
-          {d.what, module.scope, *d.op ? d.op : column_op, term_formula(d, c, split), bytes});
+          {d.what, module.scope, *d.op ? d.op : column_op, term_formula(d, c, splits), bytes});
       m.total_bytes += bytes;
-      const SizeOf w = size_of(d.width, c);
-      Group& g = groups[w.size[2] == 'h' ? 0 : 1];
-      g.a[split] += d.a_sbh * w.k;
-      g.m[split] += d.m_sbh * w.k;
-      groups[2].a[split] += d.a_as2b;
-      groups[2].m[split] += d.m_as2b;
     }
     // A norm keeps its statistics per row it normalises (LayerNorm: mean and rstd; RMSNorm:
     // rstd), outside the formula.
-    m.extras_bytes += module.row_statistics * A * sb / (splits(decl::SavedSplit::block) ? t : 1.0);
+    m.extras_bytes += module.row_statistics * A * sb / split_of(decl::SavedSplit::block).divisor;
   }
-  m.formula = closed_form(groups);
+  m.formula = closed_form(sizes);
   return m;
 }
 
@@ -200,7 +264,7 @@ ParamCount param_count(const LayerConfig& c) {
   for (const decl::Param& p : decl::parameters(c)) {
     const double numel = static_cast<double>(p.shape.numel());
     n.full += numel;
-    n.rank += decl::placement(*p.decl, c.mode).is_shard() ? numel / t : numel;
+    n.rank += decl::placement(*p.decl, c).is_shard() ? numel / t : numel;
   }
   return n;
 }

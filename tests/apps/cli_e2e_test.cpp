@@ -46,6 +46,19 @@ TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
   EXPECT_THAT(r.output, HasSubstr("(sbh(8A + 2M) + sbf(3A) + as^2b(2A + M))/t"));
   EXPECT_THAT(r.output, HasSubstr("mlp.swiglu/swiglu"));
   EXPECT_THAT(r.output, Not(HasSubstr("MISMATCH")));
+  // Llama's attention: grouped-query (g = 1 < t = 2: the key/value head replicated) and rotary.
+  const Result gqa = run_cli(
+      "run --mode tp --degree 2 --norm rmsnorm --mlp swiglu --no-bias --kv-heads 1 --rope "
+      "--seq 8 --batch 2 --hidden 32 --heads 4 --steps 1");
+  ASSERT_EQ(gqa.exit_code, 0) << gqa.output;
+  EXPECT_THAT(gqa.output, HasSubstr("g=1, rmsnorm, swiglu, no biases, rope"));
+  EXPECT_THAT(gqa.output, HasSubstr("check passed"));
+  EXPECT_THAT(gqa.output, HasSubstr("sbgd(2A)/g"));
+  const Result uneven = run_cli("run --mode tp --degree 2 --heads 6 --hidden 48 --kv-heads 3");
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
+  EXPECT_THAT(uneven.output,
+              HasSubstr("mode tp: kv_heads 3 and degree 2: one must divide the other"));
+  EXPECT_THAT(uneven.output, HasSubstr("(set by --kv-heads and --degree)"));
   const Result bad = run_cli("run --norm batchnorm");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("norm \"batchnorm\" is not a norm: expected layernorm or "

@@ -114,16 +114,32 @@ TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
 // parallel layer places its parameters as declared and reduces exactly the partial gradients.
 TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
   const decl::Modules& m = decl::layer(LayerConfig());
-  EXPECT_EQ(decl::placement(m.qkv.params[0], ParallelMode::tp), Placement::shard(1));
-  EXPECT_EQ(decl::placement(m.qkv.params[1], ParallelMode::tp), Placement::shard(0));
-  EXPECT_EQ(decl::placement(m.fc2.params[0], ParallelMode::tp_sp), Placement::shard(0));
-  EXPECT_EQ(decl::placement(m.fc2.params[1], ParallelMode::tp_sp), Placement::replicate());
-  EXPECT_EQ(decl::placement(m.ln1.params[0], ParallelMode::tp), Placement::replicate());
-  EXPECT_EQ(decl::placement(m.qkv.params[0], ParallelMode::ulysses), Placement::replicate());
-  EXPECT_FALSE(decl::partial_grad(m.ln1.params[0], ParallelMode::tp));
-  EXPECT_TRUE(decl::partial_grad(m.ln1.params[0], ParallelMode::tp_sp));
-  EXPECT_FALSE(decl::partial_grad(m.qkv.params[0], ParallelMode::tp_sp));
-  EXPECT_TRUE(decl::partial_grad(m.qkv.params[0], ParallelMode::ulysses));
+  const LayerConfig tp = small(ParallelMode::tp, 2), tp_sp = small(ParallelMode::tp_sp, 2),
+                    ulysses = small(ParallelMode::ulysses, 2);
+  EXPECT_EQ(decl::placement(m.qkv.params[0], tp), Placement::shard(1));
+  EXPECT_EQ(decl::placement(m.qkv.params[1], tp), Placement::shard(0));
+  EXPECT_EQ(decl::placement(m.fc2.params[0], tp_sp), Placement::shard(0));
+  EXPECT_EQ(decl::placement(m.fc2.params[1], tp_sp), Placement::replicate());
+  EXPECT_EQ(decl::placement(m.ln1.params[0], tp), Placement::replicate());
+  EXPECT_EQ(decl::placement(m.qkv.params[0], ulysses), Placement::replicate());
+  EXPECT_FALSE(decl::partial_grad(m.ln1.params[0], tp));
+  EXPECT_TRUE(decl::partial_grad(m.ln1.params[0], tp_sp));
+  EXPECT_FALSE(decl::partial_grad(m.qkv.params[0], tp_sp));
+  EXPECT_TRUE(decl::partial_grad(m.qkv.params[0], ulysses));
+  // Grouped-query attention: the key/value weight splits by whole heads where t <= g, and is
+  // replicated with partial gradients where t > g.
+  LayerConfig gqa = small(ParallelMode::tp, 2);
+  gqa.kv_heads = 2;
+  const decl::ModuleDecl& qkv = decl::layer(gqa).qkv;
+  EXPECT_EQ(decl::weights(qkv),
+            (std::vector<std::string>{"attn.qkv.q_weight", "attn.qkv.kv_weight"}));
+  const decl::ParamDecl& kv = qkv.params[2];
+  EXPECT_EQ(decl::placement(kv, gqa), Placement::shard(1));
+  EXPECT_FALSE(decl::partial_grad(kv, gqa));
+  gqa.degree = 4;
+  EXPECT_EQ(decl::placement(kv, gqa), Placement::replicate());
+  EXPECT_TRUE(decl::partial_grad(kv, gqa));
+  EXPECT_EQ(decl::placement(qkv.params[0], gqa), Placement::shard(1));
 
   for (const ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
     for (const LayerConfig& c : variants(mode, 2)) {
@@ -135,8 +151,8 @@ TEST(LayerDecl, TheParallelLayerPlacesAndReducesAsDeclared) {
         for (const ShardedParameter& p : layer.parameters()) {
           const decl::Param d = decl::parameter(c, p.name);
           EXPECT_EQ(p.module, d.module) << p.name;
-          EXPECT_EQ(p.placement, decl::placement(*d.decl, mode)) << p.name;
-          EXPECT_EQ(p.partial_grad, decl::partial_grad(*d.decl, mode)) << p.name;
+          EXPECT_EQ(p.placement, decl::placement(*d.decl, c)) << p.name;
+          EXPECT_EQ(p.partial_grad, decl::partial_grad(*d.decl, c)) << p.name;
           EXPECT_EQ(p.global, d.shape) << p.name;
         }
       });

@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, ParallelLayerRuns, testing::all_backends(),
 using OptionCase = std::tuple<ParallelMode, int, TestBackend>;
 
 std::vector<std::pair<std::string, LayerConfig>> layer_options(const LayerConfig& base) {
-  std::vector<std::pair<std::string, LayerConfig>> out(4, {"", base});
+  std::vector<std::pair<std::string, LayerConfig>> out(7, {"", base});
   out[0].first = "llama: rmsnorm, swiglu, no bias, rope";
   out[0].second.norm = Norm::rmsnorm;
   out[0].second.mlp = Mlp::swiglu;
@@ -207,6 +207,16 @@ std::vector<std::pair<std::string, LayerConfig>> layer_options(const LayerConfig
   out[3].first = "gelu, no bias, f = 60";
   out[3].second.bias = false;
   out[3].second.ffn = 60;
+  // Grouped-query attention at a = 12: g = 12 is MHA; g = 6 and 2 split the key/value heads at
+  // t <= g and replicate them where t > g; g = 1 is multi-query (replicated at every t > 1).
+  out[4].first = "llama with GQA, g = 6";
+  out[4].second = out[0].second;
+  out[4].second.kv_heads = 6;
+  out[5].first = "GQA, g = 2, biases";
+  out[5].second.kv_heads = 2;
+  out[6].first = "MQA, g = 1, rope";
+  out[6].second.kv_heads = 1;
+  out[6].second.rope = true;
   return out;
 }
 
@@ -224,6 +234,11 @@ TEST_P(LayerOptions, MatchTheSingleDeviceLayerAndTheModels) {
     LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
     spec.layer = layer;
     const std::string what = name + ", " + mode_name(mode) + " t=" + std::to_string(degree);
+    const std::int64_t g = layer.kv_heads_count();
+    if (g % degree != 0 && degree % g != 0) {  // refused before any rank starts, naming the rule
+      EXPECT_THROW(validate_parallel_config(spec.layer), ConfigError) << what;
+      continue;
+    }
     expect_checked_and_modelled(spec, run_all_ranks(spec, backend), what);
   }
 }
@@ -320,6 +335,24 @@ TEST(ParallelLayer, TheFormulaTextIsTheTermsInClosedForm) {
     EXPECT_EQ(activation_model(c, false).formula, k.formula)
         << mode_name(k.mode) << " " << mlp_name(k.mlp) << " f=" << c.ffn_width();
   }
+  // Grouped-query attention, g = 2 at a = 4 (g d = 8, no multiple of h = 16): keys and values in
+  // their own size, split over t where t <= g and over g where t > g.
+  c.mlp = Mlp::gelu;
+  c.ffn = 0;
+  c.dropout = 0.1;
+  c.kv_heads = 2;
+  c.mode = ParallelMode::single;
+  c.degree = 1;
+  EXPECT_EQ(activation_model(c, false).formula, "sbh(14A + 2M) + sbgd(2A) + as^2b(2A + M)");
+  c.mode = ParallelMode::tp;
+  c.degree = 4;
+  const ActivationModel gqa = activation_model(c, false);
+  EXPECT_EQ(gqa.formula, "sbh(4A + 2M + 10A/t) + sbgd(2A)/g + as^2b(2A + M)/t");
+  EXPECT_EQ(gqa.terms[2].what, "QK^T: Q and K");
+  EXPECT_EQ(gqa.terms[2].formula, "(A sbh/t + A sbgd/g)");
+  c.degree = 2;
+  EXPECT_EQ(activation_model(c, false).terms[2].formula, "(A sbh + A sbgd)/t");
+  c.kv_heads = 0;
   // tp-sp keeping the gathered inputs: the two linear inputs stay whole.
   c.mode = ParallelMode::tp_sp;
   c.mlp = Mlp::gelu;

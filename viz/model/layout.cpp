@@ -73,7 +73,7 @@ ModuleTensor weight(std::string name, std::string parameter, Shape global, Place
 // names and, in this mode, its placement.
 ModuleTensor param(const Sizes& z, const std::string& parameter) {
   const decl::Param p = decl::parameter(z.config, parameter);
-  return weight(p.decl->symbol, p.name, p.shape, decl::placement(*p.decl, z.mode), p.dims);
+  return weight(p.decl->symbol, p.name, p.shape, decl::placement(*p.decl, z.config), p.dims);
 }
 
 // The parameters the module declares, in the declared order.
@@ -113,6 +113,14 @@ std::vector<ModuleTensor> column_linear(const Sizes& z, const decl::ModuleDecl& 
                        {"s", "b", "h"}));
   }
   for (ModuleTensor& p : params_of(z, module)) v.push_back(std::move(p));
+  if (module.params.front().split == decl::TpSplit::columns &&
+      module.params.front().in != decl::Width::none && decl::weights(module).size() > 1) {
+    // GQA's query and key/value products side by side: [s, b, h + 2gd].
+    const std::int64_t width = z.h + decl::width(decl::Width::kv, z.config);
+    const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
+    v.push_back(tensor(output, "writes", Shape{z.s, z.b, width}, p, {"s", "b", "h+2gd"}));
+    return v;
+  }
   v.push_back(mlp_tensor(z, output, "writes", module.params.front().out));  // the weight's out
   return v;
 }
@@ -157,8 +165,15 @@ std::vector<ModuleTensor> heads_split(const Sizes& z) {
     v.push_back(intermediate("q|k|v chunk", Shape{1, z.b, z.a, z.s, z.d},
                              shard_if(z.heads.is_shard(), 2), {"1", "b", "a", "s", "d"}));
   }
+  const std::int64_t g = z.config.kv_heads_count();
   for (const char* name : {"q", "k", "v"}) {
-    v.push_back(tensor(name, "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
+    if (name[0] == 'q' || g == z.a) {
+      v.push_back(tensor(name, "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
+    } else {  // g key/value heads: split over t where t <= g, each rank's own one where t > g
+      const bool split = z.heads.is_shard() && z.config.degree <= g;
+      v.push_back(tensor(name, "writes", Shape{z.b, g, z.s, z.d},
+                         split ? z.heads : Placement::replicate(), {"b", "g", "s", "d"}));
+    }
   }
   return v;
 }

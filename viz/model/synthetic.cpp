@@ -122,7 +122,7 @@ std::vector<Stage> make_stages(const LayerConfig& c, double shard_bytes) {
   }
   double partial = 0;  // elements of the parameters whose gradients are partial sums, in h
   for (const decl::Param& p : decl::parameters(c)) {
-    if (decl::partial_grad(*p.decl, c.mode)) {
+    if (decl::partial_grad(*p.decl, c)) {
       partial += static_cast<double>(p.shape.numel()) / static_cast<double>(c.hidden);
     }
   }
@@ -141,7 +141,7 @@ std::vector<Stage> make_stages(const LayerConfig& c, double shard_bytes) {
 double parameter_bytes(const LayerConfig& c, int t) {
   double bytes = 0;
   for (const decl::Param& p : decl::parameters(c)) {
-    const double split = decl::placement(*p.decl, c.mode).is_shard() ? t : 1;
+    const double split = decl::placement(*p.decl, c).is_shard() ? t : 1;
     bytes += static_cast<double>(p.shape.numel()) / split;
   }
   return bytes * static_cast<double>(dtype_size(c.dtype));
