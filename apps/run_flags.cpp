@@ -54,15 +54,18 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
       ->capture_default_str();
   run.add_option("--kv-heads", c.kv_heads,
                  "key/value heads g (grouped-query attention; 1: multi-query; default a)");
-  run.add_option("--dropout", c.dropout, "dropout probability of the three dropouts")
+  run.add_option("--model", text.model,
+                 "the layer's kind: gpt (LayerNorm, GeLU, f = 4h, biases, dropout 0.1) or llama "
+                 "(RMSNorm, SwiGLU, f = 8h/3 rounded up to a multiple of 48, no biases, rotary "
+                 "embedding, dropout 0); the flags below override it")
       ->capture_default_str();
-  run.add_option("--norm", text.norm, "the norms: layernorm (GPT) or rmsnorm (Llama)")
-      ->capture_default_str();
+  run.add_option("--dropout", text.dropout,
+                 "dropout probability of the three dropouts (default: the model's, 0.1 for gpt)");
+  run.add_option("--norm", text.norm, "the norms: layernorm or rmsnorm (default: the model's)");
   run.add_option("--mlp", text.mlp,
                  "the MLP: gelu (fc1 h -> f, GeLU, fc2) or swiglu (fc1 h -> 2f, silu(gate) * up, "
-                 "fc2)")
-      ->capture_default_str();
-  run.add_option("--ffn", c.ffn, "the MLP's inner width f (default 4h)");
+                 "fc2) (default: the model's)");
+  run.add_option("--ffn", c.ffn, "the MLP's inner width f (default: the model's)");
   run.add_flag("--no-bias", text.no_bias, "linears without biases (as Llama's)");
   run.add_flag("--rope", c.rope,
                "rotary position embedding of the queries and keys (rotate-half, as Llama's)");
@@ -142,7 +145,7 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--log-every",    "--overwrite",     "--trace-events",
                                        "--norm",         "--mlp",           "--ffn",
                                        "--no-bias",      "--rope",          "--rope-base",
-                                       "--kv-heads"};
+                                       "--kv-heads",     "--model"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -172,7 +175,8 @@ std::string with_flags(const ArgumentError& error) {
                                                                {"bias", "--no-bias"},
                                                                {"rope", "--rope"},
                                                                {"rope_base", "--rope-base"},
-                                                               {"kv_heads", "--kv-heads"}};
+                                                               {"kv_heads", "--kv-heads"},
+                                                               {"model", "--model"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {
@@ -191,9 +195,16 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   RunOptions o = options;
   o.spec.layer.mode = parse_mode(mode);
   o.spec.layer.dtype = parse_dtype(dtype);
-  o.spec.layer.norm = parse_norm(norm);
-  o.spec.layer.mlp = parse_mlp(mlp);
-  o.spec.layer.bias = !no_bias;
+  LayerConfig& c = o.spec.layer;
+  const std::int64_t ffn = c.ffn;
+  const bool rope = c.rope;
+  apply_model(model, c);  // then what the flags give
+  if (!norm.empty()) c.norm = parse_norm(norm);
+  if (!mlp.empty()) c.mlp = parse_mlp(mlp);
+  if (ffn > 0) c.ffn = ffn;
+  if (no_bias) c.bias = false;
+  if (rope) c.rope = true;
+  if (dropout) c.dropout = *dropout;
   try {
     // random: the run's own seed picks the bug, so `--seed N` names the exercise (lab 8).
     o.spec.layer.planted_bug = plant_bug == kRandomBug

@@ -14,7 +14,11 @@ namespace shardscope {
 struct RunFlags {
   RunOptions options;
   std::string mode = "single", dtype = "f32";
-  std::string norm = "layernorm", mlp = "gelu";  // --norm, --mlp
+  // --model sets the layer's kind (apply_model); --norm, --mlp, --ffn, --no-bias, --rope and
+  // --dropout, when given, override it.
+  std::string model = "gpt";
+  std::string norm, mlp;          // empty: the model's
+  std::optional<double> dropout;  // unset: the model's
   bool no_bias = false;
   // Empty when not given: --comm nccl implies --backend cuda, and --backend cuda implies --comm
   // nccl when every rank can have a CUDA device of its own (or under mpirun), else --comm threads

@@ -54,6 +54,33 @@ Mlp parse_mlp(const std::string& name) {
   throw ConfigError("mlp \"" + name + "\" is not an MLP: expected gelu or swiglu", {"mlp"});
 }
 
+const char* model_names() {
+  return "gpt, llama";
+}
+
+void apply_model(const std::string& model, LayerConfig& c) {
+  const LayerConfig gpt;
+  if (model == "gpt") {
+    c.norm = gpt.norm;
+    c.mlp = gpt.mlp;
+    c.ffn = 0;
+    c.bias = gpt.bias;
+    c.rope = gpt.rope;
+    c.dropout = gpt.dropout;
+  } else if (model == "llama") {
+    c.norm = Norm::rmsnorm;
+    c.mlp = Mlp::swiglu;
+    const std::int64_t f = (8 * c.hidden + 2) / 3;  // ceil(8h/3)
+    c.ffn = (f + 47) / 48 * 48;
+    c.bias = false;
+    c.rope = true;
+    c.dropout = 0.0;
+  } else {
+    throw ConfigError("model \"" + model + "\" is not a model: expected " + model_names(),
+                      {"model"});
+  }
+}
+
 std::string LayerConfig::shape_text() const {
   std::string text = "s=" + std::to_string(seq) + " b=" + std::to_string(batch) +
                      " h=" + std::to_string(hidden) + " a=" + std::to_string(heads);

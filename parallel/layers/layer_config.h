@@ -29,6 +29,14 @@ const char* mode_name(ParallelMode mode);  // "single", "tp", "tp-sp", "ulysses"
 // Throws ConfigError (field "mode") listing the accepted names.
 ParallelMode parse_mode(const std::string& name);
 
+// The models the layer can be: "gpt" (the default: LayerNorm, GeLU with f = 4h, biases, dropout
+// 0.1, no rotary embedding) and "llama" (RMSNorm, SwiGLU with f = 8h/3 rounded up to a multiple
+// of 48 so that degrees 1 to 4 divide it, no biases, rotary embedding, dropout 0). Sets those
+// fields of `c` (its shape, heads and key/value heads stay); throws ConfigError (field "model")
+// listing the names.
+void apply_model(const std::string& model, LayerConfig& c);
+const char* model_names();  // "gpt, llama"
+
 // Throws ConfigError "<field> must be a positive integer, given <value>" when value <= 0.
 void require_positive(const char* field, std::int64_t value);
 

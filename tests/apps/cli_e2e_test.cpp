@@ -54,6 +54,23 @@ TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
   EXPECT_THAT(gqa.output, HasSubstr("g=1, rmsnorm, swiglu, no biases, rope"));
   EXPECT_THAT(gqa.output, HasSubstr("check passed"));
   EXPECT_THAT(gqa.output, HasSubstr("sbgd(2A)/g"));
+  // The llama preset (f = 8h/3 = 85.3 rounded up to 96), and flags that override it.
+  const Result llama = run_cli(
+      "run --model llama --mode ulysses --degree 4 --kv-heads 2 --seq 8 --batch 1 --hidden 32 "
+      "--heads 4 --steps 1");
+  ASSERT_EQ(llama.exit_code, 0) << llama.output;
+  EXPECT_THAT(llama.output,
+              HasSubstr("s=8 b=1 h=32 a=4 g=2 f=96, rmsnorm, swiglu, no biases, rope, dropout 0,"));
+  EXPECT_THAT(llama.output, HasSubstr("check passed"));
+  const Result mixed = run_cli(
+      "run --model llama --norm layernorm --dropout 0.1 --ffn 64 --seq 8 --batch 1 --hidden 32 "
+      "--heads 4 --steps 1");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  EXPECT_THAT(mixed.output, HasSubstr("a=4 f=64, swiglu, no biases, rope, dropout 0.1,"));
+  const Result unknown = run_cli("run --model mistral");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr("model \"mistral\" is not a model: expected gpt, llama "
+                                        "(set by --model)"));
   const Result uneven = run_cli("run --mode tp --degree 2 --heads 6 --hidden 48 --kv-heads 3");
   EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
   EXPECT_THAT(uneven.output,

@@ -116,21 +116,22 @@ TEST(ModuleLayout, EveryOpOfUlyssesMatchesTheTable) {
   expect_every_op_matches("ulysses", 4);
 }
 
-// RMSNorm (a weight only), SwiGLU (fc1 2f wide, f = 40 here), no biases and the rotary embedding
-// (on Ulysses's sequence shards): the table follows the declaration's modules and parameters in
-// every mode.
+// RMSNorm (a weight only), SwiGLU (fc1 2f wide, f = 40 here), no biases, the rotary embedding
+// (on Ulysses's sequence shards) and grouped-query attention (g = 2 of a = 4): the table follows
+// the declaration's modules and parameters in every mode.
 void llama_options(LayerConfig& c) {
   c.norm = Norm::rmsnorm;
   c.mlp = Mlp::swiglu;
   c.bias = false;
   c.ffn = 40;
   c.rope = true;
+  c.kv_heads = 2;
 }
 TEST(ModuleLayout, EveryOpOfLlamasOptionsMatchesTheTableInEveryMode) {
   expect_every_op_matches("single", 1, llama_options);
-  expect_every_op_matches("tp", 2, llama_options);
-  expect_every_op_matches("tp-sp", 2, llama_options);
-  expect_every_op_matches("ulysses", 4, llama_options);
+  expect_every_op_matches("tp", 2, llama_options);       // g = 2 key/value heads split over t = 2
+  expect_every_op_matches("tp-sp", 4, llama_options);    // t = 4 > g: each rank keeps its own one
+  expect_every_op_matches("ulysses", 4, llama_options);  // repeated to t before the all-to-all
 }
 
 const ModuleTensor& find(const ModuleLayout& l, const std::string& name) {

@@ -115,10 +115,25 @@ std::vector<ModuleTensor> column_linear(const Sizes& z, const decl::ModuleDecl& 
   for (ModuleTensor& p : params_of(z, module)) v.push_back(std::move(p));
   if (module.params.front().split == decl::TpSplit::columns &&
       module.params.front().in != decl::Width::none && decl::weights(module).size() > 1) {
-    // GQA's query and key/value products side by side: [s, b, h + 2gd].
-    const std::int64_t width = z.h + decl::width(decl::Width::kv, z.config);
+    // GQA's query and key/value products side by side: [s, b, h + 2gd]. Where the key/value
+    // weight is replicated (t > g) every rank makes all g heads' and keeps its own one's.
+    const std::int64_t g = z.config.kv_heads_count(), t = z.config.degree;
+    const std::int64_t kv = decl::width(decl::Width::kv, z.config);
+    const bool own_head = z.weights_sharded && t > g;
     const Placement p = z.weights_sharded ? Placement::shard(2) : z.act;
-    v.push_back(tensor(output, "writes", Shape{z.s, z.b, width}, p, {"s", "b", "h+2gd"}));
+    const Placement kv_p = own_head ? Placement::replicate() : p;
+    v.push_back(intermediate("q product", Shape{z.s, z.b, z.h}, p, {"s", "b", "h"}));
+    v.push_back(intermediate("k|v product", Shape{z.s, z.b, kv}, kv_p, {"s", "b", "2gd"}));
+    if (own_head) {
+      v.push_back(intermediate("products side by side", Shape{z.s, z.b, (z.h / t + kv) * t}, p,
+                               {"s", "b", "h/t+2gd"}));
+      v.push_back(intermediate("k|v head columns", Shape{z.s, z.b, 2 * z.d}, Placement::replicate(),
+                               {"s", "b", "2d"}));
+      v.push_back(tensor(output, "writes", Shape{z.s, z.b, (z.h / t + 2 * z.d) * t}, p,
+                         {"s", "b", "h/t+2d"}));
+      return v;
+    }
+    v.push_back(tensor(output, "writes", Shape{z.s, z.b, z.h + kv}, p, {"s", "b", "h+2gd"}));
     return v;
   }
   v.push_back(mlp_tensor(z, output, "writes", module.params.front().out));  // the weight's out
@@ -139,7 +154,43 @@ std::vector<ModuleTensor> row_linear(const Sizes& z, const decl::ModuleDecl& mod
   return v;
 }
 
+// Grouped-query attention (g < a), as the layers run it. The key/value heads attention sees:
+// g split over t (t <= g), the one a rank's queries need (tp, tp-sp at t > g), or Ulysses's
+// max(g, t) after the repeat, split over t.
+struct KvHeads {
+  std::int64_t heads;  // global
+  Placement placement;
+};
+KvHeads kv_heads(const Sizes& z) {
+  const std::int64_t g = z.config.kv_heads_count(), t = z.config.degree;
+  if (z.mode == ParallelMode::single) return {g, Placement::replicate()};
+  if (z.mode == ParallelMode::ulysses) return {std::max(g, t), Placement::shard(1)};
+  return t <= g ? KvHeads{g, Placement::shard(1)} : KvHeads{1, Placement::replicate()};
+}
+bool grouped(const Sizes& z) {
+  return z.config.kv_heads_count() != z.a;
+}
+// A key or value [b, heads, s, d], or the queries or products of a group stacked along the
+// sequence [b, heads, r s, d or s] (r query heads per key/value head).
+ModuleTensor kv_tensor(const Sizes& z, const char* name, const char* role) {
+  const KvHeads k = kv_heads(z);
+  return tensor(name, role, Shape{z.b, k.heads, z.s, z.d}, k.placement, {"b", "g", "s", "d"});
+}
+ModuleTensor group_tensor(const Sizes& z, const char* name, bool square) {
+  const KvHeads k = kv_heads(z);
+  // The query heads of a group on a rank: a / heads where the key/value heads are split, a/t
+  // where each rank keeps its own one.
+  const std::int64_t r = k.placement.is_shard() || z.mode == ParallelMode::single
+                             ? z.a / k.heads
+                             : z.a / z.config.degree;
+  return intermediate(name, Shape{z.b, k.heads, r * z.s, square ? z.s : z.d}, k.placement,
+                      {"b", "g", "r s", square ? "s" : "d"});
+}
+
+std::vector<ModuleTensor> grouped_heads_split(const Sizes& z);
+
 std::vector<ModuleTensor> heads_split(const Sizes& z) {
+  if (grouped(z)) return grouped_heads_split(z);
   const Placement qkv_placement = z.weights_sharded ? Placement::shard(2) : z.act;
   std::vector<ModuleTensor> v{
       tensor("qkv", "reads", Shape{z.s, z.b, 3 * z.h}, qkv_placement, {"s", "b", "3h"})};
@@ -165,16 +216,60 @@ std::vector<ModuleTensor> heads_split(const Sizes& z) {
     v.push_back(intermediate("q|k|v chunk", Shape{1, z.b, z.a, z.s, z.d},
                              shard_if(z.heads.is_shard(), 2), {"1", "b", "a", "s", "d"}));
   }
-  const std::int64_t g = z.config.kv_heads_count();
   for (const char* name : {"q", "k", "v"}) {
-    if (name[0] == 'q' || g == z.a) {
-      v.push_back(tensor(name, "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
-    } else {  // g key/value heads: split over t where t <= g, each rank's own one where t > g
-      const bool split = z.heads.is_shard() && z.config.degree <= g;
-      v.push_back(tensor(name, "writes", Shape{z.b, g, z.s, z.d},
-                         split ? z.heads : Placement::replicate(), {"b", "g", "s", "d"}));
-    }
+    v.push_back(tensor(name, "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
   }
+  return v;
+}
+
+// GQA's attn.heads: the query columns, then the key/value columns grouped by head [g, 2, d], each
+// to [b, heads, s, d]; Ulysses sends them by position to head shards, the key/value heads repeated
+// to t first where t > g.
+std::vector<ModuleTensor> grouped_heads_split(const Sizes& z) {
+  const std::int64_t g = z.config.kv_heads_count(), t = z.config.degree;
+  const bool own_head = z.weights_sharded && t > g;  // tp, tp-sp keep one key/value head
+  // The key/value heads a rank's split yields: g (split over t where the weights are).
+  const KvHeads held = own_head ? KvHeads{1, Placement::replicate()}
+                                : KvHeads{g, z.weights_sharded ? Placement::shard(2) : z.act};
+  const Placement cols = z.weights_sharded ? Placement::shard(2) : z.act;
+  const Placement kv_cols = own_head ? Placement::replicate() : cols;
+  const std::int64_t qkv_width = own_head ? (z.h / t + 2 * z.d) * t : z.h + 2 * g * z.d;
+  const Placement by_pos = z.mode == ParallelMode::ulysses ? Placement::shard(0) : cols;
+  std::vector<ModuleTensor> v{
+      tensor("qkv", "reads", Shape{z.s, z.b, qkv_width}, cols, {"s", "b", "h+2gd"}),
+      intermediate("q columns", Shape{z.s, z.b, z.h}, cols, {"s", "b", "h"}),
+      intermediate("k|v columns", Shape{z.s, z.b, 2 * held.heads * z.d}, kv_cols,
+                   {"s", "b", "2gd"}),
+      intermediate("k|v by head", Shape{z.s, z.b, held.heads, 2, z.d},
+                   kv_cols.is_shard() ? kv_cols : kv_cols, {"s", "b", "g", "2", "d"}),
+      intermediate("k|v stacked", Shape{2, z.s, z.b, held.heads, z.d},
+                   kv_cols.is_shard() ? Placement::shard(kv_cols.dim == 0 ? 1 : 3) : kv_cols,
+                   {"2", "s", "b", "g", "d"}),
+      intermediate("k|v chunk", Shape{1, z.s, z.b, held.heads, z.d},
+                   kv_cols.is_shard() ? Placement::shard(kv_cols.dim == 0 ? 1 : 3) : kv_cols,
+                   {"1", "s", "b", "g", "d"}),
+      tensor("q by position", "writes", Shape{z.s, z.b, z.a, z.d},
+             z.mode == ParallelMode::ulysses ? Placement::shard(0) : shard_if(cols.is_shard(), 2),
+             {"s", "b", "a", "d"}),
+      tensor("k|v by position", "writes", Shape{z.s, z.b, held.heads, z.d},
+             kv_cols.is_shard() ? (kv_cols.dim == 0 ? Placement::shard(0) : Placement::shard(2))
+                                : kv_cols,
+             {"s", "b", "g", "d"})};
+  (void)by_pos;
+  if (z.mode == ParallelMode::ulysses) {
+    const std::int64_t sent = std::max(g, t);
+    v.push_back(intermediate("k|v head", Shape{z.s, z.b, 1, z.d}, Placement::shard(0),
+                             {"s", "b", "1", "d"}));
+    v.push_back(tensor("k|v repeated", "writes", Shape{z.s, z.b, sent, z.d}, Placement::shard(0),
+                       {"s", "b", "g'", "d"}));
+    v.push_back(tensor("q by head", "writes", Shape{z.s, z.b, z.a, z.d}, Placement::shard(2),
+                       {"s", "b", "a", "d"}));
+    v.push_back(tensor("k|v by head", "writes", Shape{z.s, z.b, sent, z.d}, Placement::shard(2),
+                       {"s", "b", "g'", "d"}));
+  }
+  v.push_back(tensor("q", "writes", Shape{z.b, z.a, z.s, z.d}, z.heads, {"b", "a", "s", "d"}));
+  v.push_back(kv_tensor(z, "k", "writes"));
+  v.push_back(kv_tensor(z, "v", "writes"));
   return v;
 }
 
@@ -187,11 +282,14 @@ std::vector<ModuleTensor> rotary(const Sizes& z) {
   for (const char* role : {"reads", "writes"}) {
     for (const char* name : {"q", "k"}) {
       const std::string label = std::string(name) + (role[0] == 'w' ? " (rotated)" : "");
+      const bool kv = name[0] == 'k' && grouped(z);
       if (z.mode == ParallelMode::ulysses) {
-        v.push_back(tensor(label + " by sequence", role, Shape{z.s, z.b, z.a, z.d},
-                           Placement::shard(0), {"s", "b", "a", "d"}));
+        v.push_back(tensor(label + " by sequence", role,
+                           Shape{z.s, z.b, kv ? z.config.kv_heads_count() : z.a, z.d},
+                           Placement::shard(0), {"s", "b", kv ? "g" : "a", "d"}));
       } else {
-        v.push_back(heads_tensor(z, label.c_str(), role, false));
+        v.push_back(kv ? kv_tensor(z, label.c_str(), role)
+                       : heads_tensor(z, label.c_str(), role, false));
       }
     }
   }
@@ -209,9 +307,14 @@ ModuleTensor heads_tensor(const Sizes& z, const char* name, const char* role, bo
 // (each rank keeps its heads: Shard(2)); Ulysses sends the context back to sequence shards with
 // an all-to-all first.
 std::vector<ModuleTensor> context(const Sizes& z) {
-  std::vector<ModuleTensor> v{heads_tensor(z, "probs (dropped)", "reads", true),
-                              heads_tensor(z, "v", "reads", false),
-                              heads_tensor(z, "context", "writes", false)};
+  std::vector<ModuleTensor> v{
+      heads_tensor(z, "probs (dropped)", "reads", true),
+      grouped(z) ? kv_tensor(z, "v", "reads") : heads_tensor(z, "v", "reads", false),
+      heads_tensor(z, "context", "writes", false)};
+  if (grouped(z)) {
+    v.push_back(group_tensor(z, "probs by group", true));
+    v.push_back(group_tensor(z, "context by group", false));
+  }
   const Shape by_position{z.s, z.b, z.a, z.d};
   const Dims dims{"s", "b", "a", "d"};
   if (z.mode == ParallelMode::ulysses) {
@@ -249,6 +352,11 @@ std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
   if (scope == m.heads.scope) return heads_split(z);
   if (m.rope && scope == m.rope->scope) return rotary(z);
   if (scope == m.scores.scope) {
+    if (grouped(z)) {  // each group's queries stacked along the sequence: one product per group
+      return {heads_tensor(z, "q", "reads", false), kv_tensor(z, "k", "reads"),
+              group_tensor(z, "q by group", false), group_tensor(z, "scores by group", true),
+              heads_tensor(z, "scores", "writes", true)};
+    }
     return {heads_tensor(z, "q", "reads", false), heads_tensor(z, "k", "reads", false),
             heads_tensor(z, "scores", "writes", true)};
   }
