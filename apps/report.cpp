@@ -3,6 +3,7 @@
 
 #include "autograd/errors.h"
 #include "io/atomic_file.h"
+#include "io/manifest.h"
 #include "parallel/comm/comm_log.h"
 #include "parallel/models/comm_model.h"
 
@@ -10,33 +11,17 @@ namespace shardscope {
 namespace {
 
 nlohmann::json config_json(const RunOptions& o) {
-  const LayerConfig& c = o.spec.layer;
-  return {{"mode", mode_name(c.mode)},
-          {"degree", c.degree},
-          {"comm", comm_kind_name(o.comm)},
-          {"seq", c.seq},
-          {"batch", c.batch},
-          {"hidden", c.hidden},
-          {"heads", c.heads},
-          {"kv_heads", c.kv_heads_count()},
-          {"dropout", c.dropout},
-          {"seed", c.seed},
-          {"steps", o.spec.steps},
-          {"lr", o.spec.learning_rate},
-          {"dtype", dtype_name(c.dtype)},
-          {"causal", c.causal},
-          {"random_norms", c.random_norms},
-          {"norm", norm_name(c.norm)},
-          {"mlp", mlp_name(c.mlp)},
-          {"ffn", c.ffn_width()},
-          {"bias", c.bias},
-          {"rope", c.rope},
-          {"rope_base", c.rope_base},
-          {"check", o.spec.check},
-          {"keep_gathered_input", o.spec.keep_gathered_input},
-          {"backend", backend_name(o.backend)},
-          {"call_check", o.comm == CommKind::nccl && o.check_calls},
-          {"report", o.report_path}};
+  // The layer's configuration as dumps and traces record it, then the run's own settings.
+  nlohmann::json j = layer_config_json(o.spec.layer);
+  j["comm"] = comm_kind_name(o.comm);
+  j["steps"] = o.spec.steps;
+  j["lr"] = o.spec.learning_rate;
+  j["check"] = o.spec.check;
+  j["keep_gathered_input"] = o.spec.keep_gathered_input;
+  j["backend"] = backend_name(o.backend);
+  j["call_check"] = o.comm == CommKind::nccl && o.check_calls;
+  j["report"] = o.report_path;
+  return j;
 }
 
 nlohmann::json memory_json(const RunResult& r) {
