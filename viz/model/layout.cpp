@@ -234,14 +234,13 @@ std::vector<ModuleTensor> grouped_heads_split(const Sizes& z) {
   const Placement cols = z.weights_sharded ? Placement::shard(2) : z.act;
   const Placement kv_cols = own_head ? Placement::replicate() : cols;
   const std::int64_t qkv_width = own_head ? (z.h / t + 2 * z.d) * t : z.h + 2 * g * z.d;
-  const Placement by_pos = z.mode == ParallelMode::ulysses ? Placement::shard(0) : cols;
   std::vector<ModuleTensor> v{
       tensor("qkv", "reads", Shape{z.s, z.b, qkv_width}, cols, {"s", "b", "h+2gd"}),
       intermediate("q columns", Shape{z.s, z.b, z.h}, cols, {"s", "b", "h"}),
       intermediate("k|v columns", Shape{z.s, z.b, 2 * held.heads * z.d}, kv_cols,
                    {"s", "b", "2gd"}),
-      intermediate("k|v by head", Shape{z.s, z.b, held.heads, 2, z.d},
-                   kv_cols.is_shard() ? kv_cols : kv_cols, {"s", "b", "g", "2", "d"}),
+      intermediate("k|v by head", Shape{z.s, z.b, held.heads, 2, z.d}, kv_cols,
+                   {"s", "b", "g", "2", "d"}),
       intermediate("k|v stacked", Shape{2, z.s, z.b, held.heads, z.d},
                    kv_cols.is_shard() ? Placement::shard(kv_cols.dim == 0 ? 1 : 3) : kv_cols,
                    {"2", "s", "b", "g", "d"}),
@@ -255,7 +254,6 @@ std::vector<ModuleTensor> grouped_heads_split(const Sizes& z) {
              kv_cols.is_shard() ? (kv_cols.dim == 0 ? Placement::shard(0) : Placement::shard(2))
                                 : kv_cols,
              {"s", "b", "g", "d"})};
-  (void)by_pos;
   if (z.mode == ParallelMode::ulysses) {
     const std::int64_t sent = std::max(g, t);
     v.push_back(intermediate("k|v head", Shape{z.s, z.b, 1, z.d}, Placement::shard(0),
