@@ -272,6 +272,37 @@ TEST(PlantedBugTable, InLlamasLayerTheNormBugIsCaughtAndBugsOfMissingPartsAreRef
   EXPECT_NO_THROW(c.validate());
 }
 
+// Lab 8 with Llama's layer (`--model llama`, with and without grouped-query attention): every bug
+// that can be planted there, in each mode it applies to, fails the check; those that cannot are
+// the ones of parts the layer lacks.
+TEST(PlantedBugTable, EveryBugPlantableInLlamasLayerFailsTheCheck) {
+  for (const std::int64_t kv_heads : {0, 2}) {
+    for (const ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+      LayerRunSpec spec = bug_spec(PlantedBug::none, mode);
+      apply_model("llama", spec.layer);
+      spec.layer.kv_heads = kv_heads;
+      const std::vector<PlantedBug> bugs = plantable_bugs(spec.layer);
+      EXPECT_FALSE(bugs.empty()) << mode_name(mode);
+      for (const PlantedBug bug : bugs) {
+        spec.layer.planted_bug = bug;
+        const BugRun run = run_with_bug(spec, "output");
+        EXPECT_FALSE(run.check.passed) << planted_bug_name(bug) << " in " << mode_name(mode)
+                                       << " at kv_heads " << kv_heads << " passed the check";
+      }
+    }
+  }
+  LayerConfig llama;
+  apply_model("llama", llama);
+  llama.mode = ParallelMode::tp_sp;
+  llama.degree = 2;
+  for (const PlantedBug missing : {PlantedBug::row_bias_grad_not_reduced,
+                                   PlantedBug::layernorm_local_shard,
+                                   PlantedBug::dropout_per_rank_seed}) {
+    const std::vector<PlantedBug> bugs = plantable_bugs(llama);
+    EXPECT_EQ(std::count(bugs.begin(), bugs.end(), missing), 0) << planted_bug_name(missing);
+  }
+}
+
 TEST(PlantedBugTable, TheReferenceIgnoresTheBug) {
   Context a(0), b(0);
   const LayerRunSpec clean = bug_spec(PlantedBug::none, ParallelMode::tp_sp);
