@@ -295,9 +295,9 @@ TEST(PlantedBugTable, EveryBugPlantableInLlamasLayerFailsTheCheck) {
   apply_model("llama", llama);
   llama.mode = ParallelMode::tp_sp;
   llama.degree = 2;
-  for (const PlantedBug missing : {PlantedBug::row_bias_grad_not_reduced,
-                                   PlantedBug::layernorm_local_shard,
-                                   PlantedBug::dropout_per_rank_seed}) {
+  for (const PlantedBug missing :
+       {PlantedBug::row_bias_grad_not_reduced, PlantedBug::layernorm_local_shard,
+        PlantedBug::dropout_per_rank_seed}) {
     const std::vector<PlantedBug> bugs = plantable_bugs(llama);
     EXPECT_EQ(std::count(bugs.begin(), bugs.end(), missing), 0) << planted_bug_name(missing);
   }
