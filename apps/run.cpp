@@ -127,15 +127,12 @@ void print_cuda_banner(CommKind comm, int degree, std::ostream& out) {
 }
 
 void RunOptions::validate() const {
-  validate_parallel_config(spec.layer);
+  spec.layer.validate();
   if (spec.steps < 1)
     throw ArgumentError("--steps must be >= 1, given " + std::to_string(spec.steps));
   if (!(std::isfinite(spec.learning_rate) && spec.learning_rate > 0)) {
     throw ArgumentError("--lr must be a finite number > 0, given " +
                         std::to_string(spec.learning_rate));
-  }
-  if (spec.layer.mode == ParallelMode::single && spec.layer.degree != 1) {
-    throw ArgumentError("--mode single runs on one rank: --degree must be 1");
   }
   if (spec.keep_gathered_input && spec.layer.mode != ParallelMode::tp_sp) {
     throw ArgumentError("--keep-gathered-input applies to --mode tp-sp only");

@@ -103,7 +103,7 @@ BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tole
   BugMargins m;
   for (const PlantedBugInfo& info : planted_bugs()) {
     const LayerRunSpec spec = spec_of(s, dtype, first_mode(info.bug), info.bug, tol);
-    validate_parallel_config(spec.layer);
+    spec.layer.validate();
     const CheckResult r = check_of(spec);
     double margin = 0;
     int at = -1;

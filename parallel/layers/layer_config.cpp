@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "autograd/errors.h"
 
@@ -101,6 +103,51 @@ void require_positive(const char* field, std::int64_t value) {
   }
 }
 
+namespace {
+
+void require(bool ok, const std::string& message, std::vector<std::string> fields) {
+  if (!ok) throw ConfigError(message, std::move(fields));
+}
+
+// The rules of running in a parallel mode on c.degree ranks.
+void validate_mode(const LayerConfig& c) {
+  if (c.mode == ParallelMode::single) return;
+  const std::string t = std::to_string(c.degree);
+  const std::string mode = std::string("mode ") + mode_name(c.mode);
+  if (c.mode == ParallelMode::ulysses) {
+    require(c.degree <= c.heads,
+            mode + ": degree " + t + " is above heads " + std::to_string(c.heads) +
+                " (Ulysses gives each rank whole heads)",
+            {"degree", "heads"});
+  }
+  require(c.heads % c.degree == 0,
+          mode + ": heads " + std::to_string(c.heads) + " must be divisible by degree " + t,
+          {"heads", "degree"});
+  require(c.hidden % c.degree == 0,
+          mode + ": hidden " + std::to_string(c.hidden) + " must be divisible by degree " + t,
+          {"hidden", "degree"});
+  const std::int64_t g = c.kv_heads_count();
+  require(g % c.degree == 0 || c.degree % g == 0,
+          mode + ": kv_heads " + std::to_string(g) + " and degree " + t +
+              ": one must divide the other (each rank holds kv_heads/degree whole key/value " +
+              "heads, or shares one with degree/kv_heads ranks)",
+          {"kv_heads", "degree"});
+  if (c.mode != ParallelMode::ulysses) {
+    require(c.ffn_width() % c.degree == 0,
+            mode + ": ffn " + std::to_string(c.ffn_width()) + " must be divisible by degree " + t +
+                " (fc1's columns and fc2's rows are split)",
+            {"ffn", "degree"});
+  }
+  if (c.mode == ParallelMode::tp_sp || c.mode == ParallelMode::ulysses) {
+    require(c.seq % c.degree == 0,
+            mode + ": seq " + std::to_string(c.seq) + " must be divisible by degree " + t +
+                " (each rank holds s/t positions)",
+            {"seq", "degree"});
+  }
+}
+
+}  // namespace
+
 void LayerConfig::validate() const {
   require_positive("seq", seq);
   require_positive("batch", batch);
@@ -175,6 +222,7 @@ void LayerConfig::validate() const {
         "mode single runs on one rank: degree must be 1, given " + std::to_string(degree),
         {"mode", "degree"});
   }
+  validate_mode(*this);
 }
 
 }  // namespace shardscope

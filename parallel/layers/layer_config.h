@@ -76,7 +76,11 @@ struct LayerConfig {
   std::int64_t head_dim() const { return hidden / heads; }
   std::int64_t kv_heads_count() const { return kv_heads > 0 ? kv_heads : heads; }  // g
   std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }            // f
-  // Throws ConfigError naming the fields and the rule (zero sizes, hidden % heads, dropout range).
+  // Every rule of the configuration, in one place: throws ConfigError naming the fields and the
+  // rule (zero sizes, hidden % heads, dropout range, ...; in a parallel mode, what the degree must
+  // divide: heads, hidden, f, seq where sequence-sharded, key/value heads or the degree them;
+  // Ulysses's degree at most the heads). The command lines call it where they build a
+  // configuration; the layers call it again on what they are given.
   void validate() const;
 };
 

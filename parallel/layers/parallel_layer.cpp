@@ -17,10 +17,6 @@ bool sequence_sharded(ParallelMode mode) {
   return mode == ParallelMode::tp_sp || mode == ParallelMode::ulysses;
 }
 
-void require(bool ok, const std::string& message, std::vector<std::string> fields) {
-  if (!ok) throw ConfigError(message, std::move(fields));
-}
-
 // PLANTED BUG qkv-block-split: the fused QKV weight [h, 3h] (or bias [3h]) sliced as if its
 // columns were [q | k | v] blocks: rank r takes the r-th h/t columns of each block. The columns
 // are grouped by head ([a, 3, d], as split_heads reads them), so the rank gets parts of other
@@ -41,48 +37,11 @@ Tensor qkv_block_slice(const Tensor& full, int rank, int t) {
 
 }  // namespace
 
-void validate_parallel_config(const LayerConfig& c) {
-  c.validate();
-  if (c.mode == ParallelMode::single) return;
-  const std::string t = std::to_string(c.degree);
-  const std::string mode = std::string("mode ") + mode_name(c.mode);
-  if (c.mode == ParallelMode::ulysses) {
-    require(c.degree <= c.heads,
-            mode + ": degree " + t + " is above heads " + std::to_string(c.heads) +
-                " (Ulysses gives each rank whole heads)",
-            {"degree", "heads"});
-  }
-  require(c.heads % c.degree == 0,
-          mode + ": heads " + std::to_string(c.heads) + " must be divisible by degree " + t,
-          {"heads", "degree"});
-  require(c.hidden % c.degree == 0,
-          mode + ": hidden " + std::to_string(c.hidden) + " must be divisible by degree " + t,
-          {"hidden", "degree"});
-  const std::int64_t g = c.kv_heads_count();
-  require(g % c.degree == 0 || c.degree % g == 0,
-          mode + ": kv_heads " + std::to_string(g) + " and degree " + t +
-              ": one must divide the other (each rank holds kv_heads/degree whole key/value " +
-              "heads, or shares one with degree/kv_heads ranks)",
-          {"kv_heads", "degree"});
-  if (c.mode != ParallelMode::ulysses) {
-    require(c.ffn_width() % c.degree == 0,
-            mode + ": ffn " + std::to_string(c.ffn_width()) + " must be divisible by degree " + t +
-                " (fc1's columns and fc2's rows are split)",
-            {"ffn", "degree"});
-  }
-  if (sequence_sharded(c.mode)) {
-    require(c.seq % c.degree == 0,
-            mode + ": seq " + std::to_string(c.seq) + " must be divisible by degree " + t +
-                " (each rank holds s/t positions)",
-            {"seq", "degree"});
-  }
-}
-
 ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, ProcessGroup& group,
                                                    const LayerWeights& full,
                                                    const ParallelLinearOptions& linear)
     : config_(config), group_(group), linear_(linear) {
-  validate_parallel_config(config_);
+  config_.validate();
   if (config_.mode == ParallelMode::single) {
     throw ArgumentError("ParallelTransformerLayer runs tp, tp-sp or ulysses; use TransformerLayer");
   }

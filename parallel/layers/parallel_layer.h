@@ -30,10 +30,6 @@ struct ShardedParameter {
   bool partial_grad = false;  // replicated, but its gradient sums over sequence shards
 };
 
-// Throws ArgumentError naming the rule when `config` cannot run in its mode on config.degree
-// ranks (heads, hidden or sequence not divisible by the degree; Ulysses degree above the heads).
-void validate_parallel_config(const LayerConfig& config);
-
 class ParallelTransformerLayer {
  public:
   // The layer slices its shards from the full weights `full` (in any context) into this rank's

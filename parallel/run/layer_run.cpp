@@ -366,7 +366,7 @@ Tensor SharedReference::full(int step, const std::string& name, Context& into) {
 
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
-  validate_parallel_config(c);
+  c.validate();
   Context scratch(env.rank);  // full weights and data, outside the measured context
   const FullData data = full_data(scratch, spec);
   const LayerWeights& full = data.weights;

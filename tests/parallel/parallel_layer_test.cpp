@@ -236,7 +236,7 @@ TEST_P(LayerOptions, MatchTheSingleDeviceLayerAndTheModels) {
     const std::string what = name + ", " + mode_name(mode) + " t=" + std::to_string(degree);
     const std::int64_t g = layer.kv_heads_count();
     if (g % degree != 0 && degree % g != 0) {  // refused before any rank starts, naming the rule
-      EXPECT_THROW(validate_parallel_config(spec.layer), ConfigError) << what;
+      EXPECT_THROW(spec.layer.validate(), ConfigError) << what;
       continue;
     }
     expect_checked_and_modelled(spec, run_all_ranks(spec, backend), what);
@@ -384,7 +384,7 @@ TEST(ParallelLayer, BadConfigurationsAreRefusedWithTheRule) {
     c.degree = k.degree;
     if (std::string(k.expected).find("ffn") != std::string::npos) c.ffn = 30;
     try {
-      validate_parallel_config(c);
+      c.validate();
       ADD_FAILURE() << k.expected << ": accepted";
     } catch (const ConfigError& e) {
       // The library names the configuration's fields, never a command-line flag.
