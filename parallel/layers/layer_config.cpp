@@ -95,6 +95,37 @@ std::string LayerConfig::shape_text() const {
   return text;
 }
 
+void require_floating(const char* what, DType dtype) {
+  if (!is_floating(dtype)) {
+    throw ConfigError(
+        std::string("dtype ") + dtype_name(dtype) + ": " + what + " runs in f32 or f64", {"dtype"});
+  }
+}
+
+void require_eps(double layernorm_eps) {
+  if (!(layernorm_eps > 0.0)) {
+    throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),
+                      {"layernorm_eps"});
+  }
+}
+
+void require_tensor_limit(double elements,
+                          const std::vector<std::pair<const char*, std::int64_t>>& sizes) {
+  constexpr double kMaxElements = 1e12;  // 4 TB in f32: far past any machine this runs on
+  if (elements <= kMaxElements) return;
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", elements);
+  std::string given;
+  std::vector<std::string> fields;
+  for (const auto& [field, value] : sizes) {
+    given += (given.empty() ? "" : ", ") + std::string(field) + " " + std::to_string(value);
+    fields.emplace_back(field);
+  }
+  throw ConfigError(
+      given + " need tensors of " + count + " elements, more than the 1e12 this build accepts",
+      fields);
+}
+
 void require_positive(const char* field, std::int64_t value) {
   if (value <= 0) {
     throw ConfigError(
@@ -177,10 +208,7 @@ void LayerConfig::validate() const {
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("dropout must be in [0, 1), given " + std::to_string(dropout), {"dropout"});
   }
-  if (!is_floating(dtype)) {
-    throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": the layer runs in f32 or f64",
-                      {"dtype"});
-  }
+  require_floating("the layer", dtype);
   if (!(rope_base > 1.0) || !std::isfinite(rope_base)) {
     throw ConfigError("rope_base must be a finite number > 1, given " + std::to_string(rope_base),
                       {"rope_base"});
@@ -190,10 +218,7 @@ void LayerConfig::validate() const {
                           std::to_string(head_dim()) + " must be even",
                       {"rope", "hidden", "heads"});
   }
-  if (!(layernorm_eps > 0.0)) {
-    throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),
-                      {"layernorm_eps"});
-  }
+  require_eps(layernorm_eps);
   if (layer < 0 || layer >= (1 << 23)) {
     throw ConfigError(
         "layer must be in [0, 2^23) (it keys the dropout streams), given " + std::to_string(layer),
@@ -205,17 +230,9 @@ void LayerConfig::validate() const {
                         static_cast<double>(seq) * static_cast<double>(seq);
   const double fc1_out = (this->mlp == Mlp::swiglu ? 2.0 : 1.0) * static_cast<double>(ffn_width()) *
                          static_cast<double>(seq) * static_cast<double>(batch);
-  constexpr double kMaxElements = 1e12;  // 4 TB in f32: far past any machine this runs on
-  if (scores > kMaxElements || fc1_out > kMaxElements) {
-    char count[32];
-    std::snprintf(count, sizeof count, "%.3g", std::max(scores, fc1_out));
-    throw ConfigError("seq " + std::to_string(seq) + ", batch " + std::to_string(batch) +
-                          ", heads " + std::to_string(heads) + ", hidden " +
-                          std::to_string(hidden) + ", ffn " + std::to_string(ffn_width()) +
-                          " need tensors of " + count +
-                          " elements, more than the 1e12 this build accepts",
-                      {"seq", "batch", "heads", "hidden", "ffn"});
-  }
+  require_tensor_limit(
+      std::max(scores, fc1_out),
+      {{"seq", seq}, {"batch", batch}, {"heads", heads}, {"hidden", hidden}, {"ffn", ffn_width()}});
   validate_planted_bug(planted_bug, *this);
   if (mode == ParallelMode::single && degree != 1) {
     throw ConfigError(

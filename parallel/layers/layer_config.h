@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "autograd/dtype.h"
 #include "parallel/layers/planted_bug.h"
@@ -36,6 +38,14 @@ ParallelMode parse_mode(const std::string& name);
 // listing the names.
 void apply_model(const std::string& model, LayerConfig& c);
 const char* model_names();  // "gpt, llama"
+
+// The rules every configuration of a block shares (the layer's, the MLP+LN block's), each a
+// ConfigError naming its fields: a floating dtype for `what` ("the layer"); layernorm_eps > 0; the
+// largest tensor, of `elements`, at most 1e12 elements, naming the sizes that make it.
+void require_floating(const char* what, DType dtype);
+void require_eps(double layernorm_eps);
+void require_tensor_limit(double elements,
+                          const std::vector<std::pair<const char*, std::int64_t>>& sizes);
 
 // Throws ConfigError "<field> must be a positive integer, given <value>" when value <= 0.
 void require_positive(const char* field, std::int64_t value);

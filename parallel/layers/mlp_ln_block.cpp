@@ -111,27 +111,12 @@ void MlpLnConfig::validate() const {
                           std::to_string(degree) + " (each rank normalises ffn/degree features)",
                       {"ffn", "degree"});
   }
-  if (!is_floating(dtype)) {
-    throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": the block runs in f32 or f64",
-                      {"dtype"});
-  }
-  if (!(layernorm_eps > 0.0)) {
-    throw ConfigError("layernorm_eps must be > 0, given " + std::to_string(layernorm_eps),
-                      {"layernorm_eps"});
-  }
+  require_floating("the block", dtype);
+  require_eps(layernorm_eps);
   const double rows = static_cast<double>(seq) * static_cast<double>(batch);
-  const double largest = std::max({rows * static_cast<double>(std::max(hidden, ffn)),
-                                   static_cast<double>(hidden) * static_cast<double>(ffn)});
-  constexpr double kMaxElements = 1e12;  // 4 TB in f32: far past any machine this runs on
-  if (largest > kMaxElements) {
-    char count[32];
-    std::snprintf(count, sizeof count, "%.3g", largest);
-    throw ConfigError("seq " + std::to_string(seq) + ", batch " + std::to_string(batch) +
-                          ", hidden " + std::to_string(hidden) + ", ffn " + std::to_string(ffn) +
-                          " need tensors of " + count +
-                          " elements, more than the 1e12 this build accepts",
-                      {"seq", "batch", "hidden", "ffn"});
-  }
+  require_tensor_limit(std::max({rows * static_cast<double>(std::max(hidden, ffn)),
+                                 static_cast<double>(hidden) * static_cast<double>(ffn)}),
+                       {{"seq", seq}, {"batch", batch}, {"hidden", hidden}, {"ffn", ffn}});
 }
 
 const char* sharded_norm_name(ShardedNorm norm) {

@@ -257,5 +257,32 @@ TEST(MlpLnBlock, ConfigRulesNameTheFlag) {
   }
 }
 
+// The block and the layer share the rules of every configuration (layer_config.h): a size past
+// the tensor limit names the sizes that make the largest tensor; a dtype that is no float and an
+// eps <= 0 name their field.
+TEST(MlpLnBlock, SharesTheLayersSizeDtypeAndEpsRules) {
+  MlpLnConfig c = small_config(1, DType::f32);
+  c.seq = c.batch = std::int64_t{1} << 20;
+  c.ffn = c.hidden = 1 << 10;
+  try {
+    c.validate();
+    ADD_FAILURE() << "a 1e15-element activation accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ffn 1024 need tensors of 1.13e+15 elements, more than the "
+                                    "1e12 this build accepts"));
+    EXPECT_EQ(e.fields(), (std::vector<std::string>{"seq", "batch", "hidden", "ffn"}));
+  }
+  c = small_config(1, DType::u8);
+  EXPECT_THROW(c.validate(), ConfigError);
+  c = small_config(1, DType::f32);
+  c.layernorm_eps = 0;
+  try {
+    c.validate();
+    ADD_FAILURE() << "eps 0 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.fields(), std::vector<std::string>{"layernorm_eps"});
+  }
+}
+
 }  // namespace
 }  // namespace shardscope
