@@ -2,6 +2,7 @@
 #include "apps/load_check.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "autograd/errors.h"
 #include "parallel/layers/transformer_layer.h"
@@ -34,6 +35,11 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   };
   add_name("--norm", norm_name(run.norm), norm_name(dump.norm));
   add_name("--mlp", mlp_name(run.mlp), mlp_name(dump.mlp));
+  if (dump.rope && run.rope_base != dump.rope_base) {  // the base matters only with the rotation
+    char base[32];
+    std::snprintf(base, sizeof base, "%g", dump.rope_base);
+    out += std::string(out.empty() ? "" : " ") + "--rope-base " + base;
+  }
   if (run.dtype != dump.dtype) {
     out += std::string(out.empty() ? "" : " ") + "--dtype " + dtype_name(dump.dtype);
   }

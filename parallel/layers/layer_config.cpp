@@ -91,7 +91,14 @@ std::string LayerConfig::shape_text() const {
   if (norm != Norm::layernorm) text += std::string(", ") + norm_name(norm);
   if (mlp != Mlp::gelu) text += std::string(", ") + mlp_name(mlp);
   if (!bias) text += ", no biases";
-  if (rope) text += ", rope";
+  if (rope) {
+    text += ", rope";
+    if (rope_base != LayerConfig().rope_base) {
+      char base[32];
+      std::snprintf(base, sizeof base, " (base %g)", rope_base);
+      text += base;
+    }
+  }
   return text;
 }
 

@@ -80,6 +80,16 @@ TEST(CheckLoadedDump, AnotherKindOfLayerNamesTheFlagsThatMakeIt) {
   const std::string e = error_of(dump_of(llama), run);
   EXPECT_THAT(e, HasSubstr("is a dump of s=4 b=1 h=8 a=2 f=24, rmsnorm, swiglu, no biases f32"));
   EXPECT_THAT(e, HasSubstr("run with --ffn 24 --norm rmsnorm --mlp swiglu --no-bias"));
+  LayerConfig rotated = run.spec.layer;
+  rotated.rope = true;
+  rotated.rope_base = 500000;
+  EXPECT_THAT(error_of(dump_of(rotated), run), HasSubstr("run with --rope-base 500000 --rope"));
+  RunOptions with_rope = run;
+  with_rope.spec.layer.rope = true;
+  EXPECT_THAT(error_of(dump_of(rotated), with_rope),
+              ::testing::EndsWith("a=2, rope f32: run with --rope-base 500000"));
+  EXPECT_THAT(error_of(dump_of(rotated), with_rope), HasSubstr("a dump of s=4 b=1 h=8 a=2, rope "
+                                                               "(base 500000) f32"));
   RunOptions with_bias_off = run;
   with_bias_off.spec.layer.bias = false;
   EXPECT_THAT(error_of(dump_of(run.spec.layer), with_bias_off), HasSubstr("run without --no-bias"));
