@@ -253,31 +253,18 @@ std::int64_t width(Width w, const LayerConfig& c) {
   return 0;
 }
 
+WidthIn width_in(Width w, const LayerConfig& c) {
+  const bool kv = w == Width::kv || w == Width::kv_head;
+  const bool mlp = w == Width::ffn || w == Width::gate_up;
+  const std::int64_t unit = kv ? c.kv_heads_count() * c.head_dim() : mlp ? c.ffn_width() : c.hidden;
+  if (unit % c.hidden == 0) return {width(w, c) / c.hidden, "h"};
+  return {width(w, c) / unit, kv ? "gd" : "f"};
+}
+
 std::string width_name(Width w, const LayerConfig& c) {
-  // k h when the width is a whole multiple of h ("h" for 1), else in its own symbol.
-  auto in_h = [&](std::int64_t v, const char* symbol) {
-    if (c.hidden > 0 && v % c.hidden == 0) {
-      return v == c.hidden ? std::string("h") : std::to_string(v / c.hidden) + "h";
-    }
-    return std::string(symbol);
-  };
-  switch (w) {
-    case Width::none:
-      return "";
-    case Width::hidden:
-      return "h";
-    case Width::qkv:
-      return "3h";
-    case Width::kv:
-      return in_h(width(w, c), "2gd");
-    case Width::kv_head:
-      return in_h(width(w, c), "gd");
-    case Width::ffn:
-      return in_h(width(w, c), "f");
-    case Width::gate_up:
-      return in_h(width(w, c), "2f");
-  }
-  return "?";
+  if (w == Width::none) return "";
+  const WidthIn in = width_in(w, c);
+  return (in.k == 1 ? "" : std::to_string(in.k)) + in.unit;
 }
 
 bool is_norm(Kind kind) {

@@ -30,8 +30,15 @@ enum class Width : std::uint8_t {
   gate_up,  // SwiGLU's fc1 output: the gate and up values, 2f
 };
 std::int64_t width(Width w, const LayerConfig& c);
-// "h", "3h"; f and g d as multiples of h where they are ("4h", SwiGLU's "8h"), else "f", "2f",
-// "gd", "2gd".
+// A width as a multiple of its unit: h, f for the MLP's widths, g d for the keys' and values'; in
+// h where that unit is a whole multiple of h (GPT's f = 4h, g d = h when g = a), so f = 1.5h keeps
+// 2f as "2f", not "3h". The memory model writes its sizes (sbh, sbf, sbgd) the same way.
+struct WidthIn {
+  std::int64_t k;    // how many units
+  const char* unit;  // "h", "f" or "gd"
+};
+WidthIn width_in(Width w, const LayerConfig& c);
+// "h", "3h", "4h", "8h", "f", "2f", "gd", "2gd" (width_in written out); "" for Width::none.
 std::string width_name(Width w, const LayerConfig& c);
 
 enum class Init : std::uint8_t {

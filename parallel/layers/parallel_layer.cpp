@@ -87,19 +87,14 @@ Tensor ParallelTransformerLayer::bias(const decl::ModuleDecl& module) const {
 
 Tensor ParallelTransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x) const {
   const LocalWeights w = local_weights(module);
-  std::vector<Tensor> parts;
-  for (const Tensor& weight : w.weights) parts.push_back(matmul(x, weight));
-  const Tensor y = parts.size() == 1 ? parts[0] : concat(parts, x.rank() - 1);
-  return w.bias.defined() ? add(y, w.bias) : y;
+  return local_linear(x, w.weights, w.biases);
 }
 
 ParallelTransformerLayer::LocalWeights ParallelTransformerLayer::local_weights(
     const decl::ModuleDecl& module) const {
   LocalWeights out;
   for (const std::string& n : decl::weights(module)) out.weights.push_back(param(n));
-  std::vector<Tensor> biases;  // added after the product: concatenating them saves nothing
-  for (const std::string& n : decl::biases(module)) biases.push_back(param(n));
-  if (!biases.empty()) out.bias = biases.size() == 1 ? biases[0] : concat(biases, 0);
+  for (const std::string& n : decl::biases(module)) out.biases.push_back(param(n));
   return out;
 }
 
@@ -132,7 +127,7 @@ ParallelTensor ParallelTransformerLayer::attention(const ParallelTensor& x) cons
   {
     ScopeGuard s(ctx, m.qkv.scope);
     const LocalWeights w = local_weights(m.qkv);
-    qkv = column_parallel_linear(group_, x, w.weights, w.bias, linear_);
+    qkv = column_parallel_linear(group_, x, w.weights, concat_biases(w.biases), linear_);
     if (g < t) {
       // The key/value weights are replicated over more ranks than heads: every rank makes all g
       // heads' keys and values (from the whole weight, a parameter: nothing extra is saved) and
@@ -250,7 +245,8 @@ ParallelTensor ParallelTransformerLayer::mlp(const ParallelTensor& x) const {
   ParallelTensor h;
   {
     ScopeGuard s(ctx, m.fc1.scope);
-    h = column_parallel_linear(group_, x, param(decl::weight(m.fc1)), bias(m.fc1), linear_);
+    const LocalWeights w = local_weights(m.fc1);
+    h = column_parallel_linear(group_, x, w.weights, concat_biases(w.biases), linear_);
   }
   h.local = mlp_activation(m.act, h.local);
   {

@@ -51,11 +51,10 @@ class ParallelTransformerLayer {
  private:
   const Tensor& param(const std::string& name) const;
   Tensor bias(const decl::ModuleDecl& module) const;  // undefined when the module has none
-  // A module's weights and bias as this rank holds them: its parameters' local tensors (GQA's q
-  // and kv weights, side by side in the product; its biases concatenated).
+  // A module's weights and biases as this rank holds them (GQA's q and kv ones), in declared
+  // order, for local_linear (parallel_linear.h).
   struct LocalWeights {
-    std::vector<Tensor> weights;
-    Tensor bias;  // undefined without biases
+    std::vector<Tensor> weights, biases;  // no biases without them
   };
   LocalWeights local_weights(const decl::ModuleDecl& module) const;
   // x W + b of a module whose weights are whole on this rank (Ulysses).

@@ -23,6 +23,20 @@ Tensor gather_sequence(ProcessGroup& g, const Tensor& x_shard, PlantedBug bug) {
 
 }  // namespace
 
+Tensor concat_biases(const std::vector<Tensor>& biases) {
+  if (biases.empty()) return Tensor();
+  return biases.size() == 1 ? biases[0] : concat(biases, 0);
+}
+
+Tensor local_linear(const Tensor& x, const std::vector<Tensor>& weights,
+                    const std::vector<Tensor>& biases) {
+  std::vector<Tensor> products;
+  for (const Tensor& w : weights) products.push_back(matmul(x, w));
+  const Tensor y = products.size() == 1 ? products[0] : concat(products, x.rank() - 1);
+  const Tensor b = concat_biases(biases);
+  return b.defined() ? add(y, b) : y;
+}
+
 Tensor gather_matmul(ProcessGroup& g, const Tensor& x_shard, const Tensor& weight,
                      bool keep_gathered_input, PlantedBug bug) {
   return gather_matmul(g, x_shard, std::vector<Tensor>{weight}, keep_gathered_input, bug);
@@ -134,10 +148,7 @@ ParallelTensor column_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
     y = gather_matmul(g, x.local, weight_shards, options.keep_gathered_input, options.planted_bug);
   } else {
     // One copy_to_tp (one all-reduce of its gradient) for every weight.
-    const Tensor input = copy_to_tp(g, x, options.planted_bug).local;
-    std::vector<Tensor> parts;
-    for (const Tensor& w : weight_shards) parts.push_back(matmul(input, w));
-    y = parts.size() == 1 ? parts[0] : concat(parts, parts[0].rank() - 1);
+    y = local_linear(copy_to_tp(g, x, options.planted_bug).local, weight_shards);
   }
   if (bias_shard.defined()) y = add(y, bias_shard);
   return ParallelTensor::make(y, out, global, g.size());

@@ -25,6 +25,14 @@ struct ParallelLinearOptions {
   PlantedBug planted_bug = PlantedBug::none;
 };
 
+// x times each weight, the products side by side on the last dim, plus the biases (concatenated)
+// when there are any: a linear as the single device, or one rank on its own weights, computes it.
+// Several weights are GQA's query and key/value weights: their products side by side, not one
+// product with the weights concatenated, which would save a copy of them for backward.
+Tensor local_linear(const Tensor& x, const std::vector<Tensor>& weights,
+                    const std::vector<Tensor>& biases = {});
+Tensor concat_biases(const std::vector<Tensor>& biases);  // undefined for none
+
 // An undefined bias: a linear without one (LayerConfig::bias off).
 ParallelTensor column_parallel_linear(ProcessGroup& group, const ParallelTensor& x,
                                       const Tensor& weight_shard, const Tensor& bias_shard,

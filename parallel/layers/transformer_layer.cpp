@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "parallel/layers/attention_core.h"
 #include "parallel/layers/layer_decl.h"
+#include "parallel/layers/parallel_linear.h"
 
 namespace shardscope {
 
@@ -100,9 +101,8 @@ void check_weights(const LayerConfig& c, const LayerWeights& w) {
                                          [&](const Slot& slot) { return slot.index == i; });
     if (!is_declared && (w.*kMembers[i]).defined()) {
       throw ArgumentError("TransformerLayer (layer " + std::to_string(c.layer) +
-                          "): " + member_names().names[i] + " is given, but a layer of norm " +
-                          norm_name(c.norm) + ", bias " + (c.bias ? "on" : "off") +
-                          " has no such parameter");
+                          "): " + member_names().names[i] + " is given, but a layer of " +
+                          c.shape_text() + " has no such parameter");
     }
   }
   for (const Slot& slot : declared) {
@@ -135,6 +135,15 @@ std::vector<std::pair<std::string, Tensor>> LayerWeights::named() const {
       out.emplace_back(member_names().names[i], this->*kMembers[i]);
   }
   return out;
+}
+
+const Tensor& LayerWeights::at(const std::string& name) const {
+  const std::vector<std::string>& names = member_names().names;
+  const auto i = std::find(names.begin(), names.end(), name);
+  if (i == names.end() || !(this->*kMembers[i - names.begin()]).defined()) {
+    throw ArgumentError("LayerWeights: no parameter " + name);
+  }
+  return this->*kMembers[i - names.begin()];
 }
 
 std::vector<Tensor> LayerWeights::parameters() const {
@@ -178,41 +187,37 @@ TransformerLayer::TransformerLayer(const LayerConfig& config, LayerWeights weigh
   check_weights(config_, weights_);
 }
 
-Tensor TransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
-                                const Tensor& b) const {
+Tensor TransformerLayer::linear(const decl::ModuleDecl& module, const Tensor& x) const {
   ScopeGuard s(x.ctx(), module.scope);
-  const Tensor y = matmul(x, w);
-  return b.defined() ? add(y, b) : y;
+  auto tensors = [&](const std::vector<std::string>& names) {
+    std::vector<Tensor> out;
+    for (const std::string& n : names) out.push_back(weights_.at(n));
+    return out;
+  };
+  return local_linear(x, tensors(decl::weights(module)), tensors(decl::biases(module)));
 }
 
-Tensor TransformerLayer::norm(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
-                              const Tensor& b) const {
+Tensor TransformerLayer::norm(const decl::ModuleDecl& module, const Tensor& x) const {
   ScopeGuard s(x.ctx(), module.scope);
-  return norm_op(module, x, w, b, config_.layernorm_eps);
+  const Tensor bias = decl::has_bias(module) ? weights_.at(decl::bias(module)) : Tensor();
+  return norm_op(module, x, weights_.at(decl::weight(module)), bias, config_.layernorm_eps);
 }
 
 Tensor TransformerLayer::attention(const Tensor& x) const {
   const decl::Modules& m = decl::layer(config_);
-  Tensor qkv;  // [s, b, 3h], or under GQA [s, b, h + 2gd]: the queries', then the keys' and values'
-  if (config_.kv_heads_count() == config_.heads) {
-    qkv = linear(m.qkv, x, weights_.qkv_weight, weights_.qkv_bias);
-  } else {  // the two products side by side (concatenating the weights would save a copy)
-    ScopeGuard s(x.ctx(), m.qkv.scope);
-    qkv = concat({matmul(x, weights_.q_weight), matmul(x, weights_.kv_weight)}, 2);
-    if (config_.bias) qkv = add(qkv, concat({weights_.q_bias, weights_.kv_bias}, 0));
-  }
+  // [s, b, 3h], or under GQA [s, b, h + 2gd]: the queries', then the keys' and values'.
+  const Tensor qkv = linear(m.qkv, x);
   const HeadTensors heads =
       rotary(config_, split_heads(config_, qkv, config_.heads, config_.kv_heads_count()), 2, 0);
   Tensor context = merge_heads(config_, attention_core(config_, heads, 0));
-  Tensor out = linear(m.proj, context, weights_.proj_weight, weights_.proj_bias);
+  Tensor out = linear(m.proj, context);
   return layer_dropout(config_, m.out_dropout, out);
 }
 
 Tensor TransformerLayer::mlp(const Tensor& x) const {
   const decl::Modules& m = decl::layer(config_);
-  Tensor h = linear(m.fc1, x, weights_.fc1_weight, weights_.fc1_bias);
-  h = mlp_activation(m.act, h);
-  h = linear(m.fc2, h, weights_.fc2_weight, weights_.fc2_bias);
+  Tensor h = mlp_activation(m.act, linear(m.fc1, x));
+  h = linear(m.fc2, h);
   return layer_dropout(config_, m.mlp_dropout, h);
 }
 
@@ -232,14 +237,14 @@ Tensor TransformerLayer::forward(const Tensor& x) const {
   }
   LayerGuard layer(ctx, config_.layer);
   const decl::Modules& m = decl::layer(config_);
-  const Tensor ln1 = norm(m.ln1, x, weights_.ln1_weight, weights_.ln1_bias);
+  const Tensor ln1 = norm(m.ln1, x);
   const Tensor attn_out = attention(ln1);
   Tensor h1;
   {
     ScopeGuard r(ctx, m.residual1.scope);
     h1 = add(x, attn_out);
   }
-  const Tensor ln2 = norm(m.ln2, h1, weights_.ln2_weight, weights_.ln2_bias);
+  const Tensor ln2 = norm(m.ln2, h1);
   const Tensor mlp_out = mlp(ln2);
   ScopeGuard r(ctx, m.residual2.scope);
   return add(h1, mlp_out);

@@ -36,6 +36,9 @@ struct LayerWeights {
   // order.
   std::vector<std::pair<std::string, Tensor>> named() const;
   std::vector<Tensor> parameters() const;
+  // The parameter named `name` ("attn.qkv.weight"); ArgumentError when it is undefined or no
+  // declaration has it.
+  const Tensor& at(const std::string& name) const;
 };
 
 // What a seed is drawn for: kernels::derive_seed(config.seed, purpose) keys each stream.
@@ -73,11 +76,9 @@ class TransformerLayer {
  private:
   Tensor attention(const Tensor& x) const;
   Tensor mlp(const Tensor& x) const;
-  // b undefined: a linear without bias.
-  Tensor linear(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
-                const Tensor& b) const;
-  Tensor norm(const decl::ModuleDecl& module, const Tensor& x, const Tensor& w,
-              const Tensor& b) const;
+  // A declared linear or norm module on x, with the weights it declares (decl::weights, biases).
+  Tensor linear(const decl::ModuleDecl& module, const Tensor& x) const;
+  Tensor norm(const decl::ModuleDecl& module, const Tensor& x) const;
 
   LayerConfig config_;
   LayerWeights weights_;

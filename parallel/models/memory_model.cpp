@@ -16,22 +16,16 @@ namespace {
 const char* const kSizes[] = {"sbh", "sbgd", "sbf", "as^2b"};
 constexpr int kSizeCount = 4;
 
-// A part's size as a multiple of one of kSizes: k h where the width is a whole multiple of h
-// (the fused QKV's 3h, GPT's f = 4h, g d = h when g = a), else k f or k g d.
+// A part's size as a multiple of one of kSizes: its width in units (decl::width_in) times s b.
 struct SizeOf {
   double k;
   int size;  // index into kSizes
 };
 SizeOf size_of(const decl::SavedPart& p, const LayerConfig& c) {
   if (p.as2b) return {p.coeff, 3};
-  const std::int64_t width = decl::width(p.width, c);
-  // The symbol's own unit: g d for keys and values, f for the MLP; in h where that unit is a
-  // whole multiple of h (so 2f with f = 1.5h stays 2f, not 3h).
-  const bool kv = p.width == decl::Width::kv_head || p.width == decl::Width::kv;
-  const bool mlp = p.width == decl::Width::ffn || p.width == decl::Width::gate_up;
-  const std::int64_t unit = kv ? c.kv_heads_count() * c.head_dim() : mlp ? c.ffn_width() : c.hidden;
-  if (unit % c.hidden == 0) return {p.coeff * static_cast<double>(width / c.hidden), 0};
-  return {p.coeff * static_cast<double>(width) / static_cast<double>(unit), kv ? 1 : 2};
+  const decl::WidthIn in = decl::width_in(p.width, c);
+  const int size = in.unit[0] == 'h' ? 0 : in.unit[0] == 'g' ? 1 : 2;
+  return {p.coeff * static_cast<double>(in.k), size};
 }
 
 // How a mode splits a part over its ranks: the divisor and its symbol ("" for whole).
@@ -62,6 +56,7 @@ struct Coefficients {
     return true;
   }
 };
+using Sizes = Coefficients[kSizeCount];  // one per kSizes
 int split_index(const char* symbol) {
   return symbol[0] == 't' ? 1 : symbol[0] == 'g' ? 2 : 0;
 }
@@ -92,7 +87,7 @@ std::string size_text(const char* size, const Coefficients& k) {
 // The closed form of the terms' sum: "sbh(16A + 2M) + as^2b(2A + M)",
 // "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t", and "(sbh(16A + 2M) + as^2b(2A + M))/t" when every
 // part is split over t.
-std::string closed_form(const Coefficients (&sizes)[kSizeCount]) {
+std::string closed_form(const Sizes& sizes) {
   bool all_t = true;
   for (const Coefficients& k : sizes) {
     all_t = all_t && k.a[0] == 0 && k.m[0] == 0 && k.a[2] == 0 && k.m[2] == 0;
@@ -111,37 +106,35 @@ std::string closed_form(const Coefficients (&sizes)[kSizeCount]) {
   return all_t && !out.empty() ? "(" + out + ")/t" : out;
 }
 
-// A term's formula as the papers write it: "A sbh", "2A sbh/t", "(A as^2b + A sbh)/t", its parts
-// of one size and split summed.
-std::string term_formula(const decl::SavedDecl& d, const LayerConfig& c,
-                         const std::vector<SplitOf>& splits) {
-  // [size][split] coefficients, A and M.
-  Coefficients sizes[kSizeCount];
-  for (std::size_t i = 0; i < d.parts.size(); ++i) {
-    const SizeOf z = size_of(d.parts[i], c);
-    const int split = split_index(splits[i].symbol);
-    (d.parts[i].unit == 'A' ? sizes[z.size].a : sizes[z.size].m)[split] += z.k;
-  }
-  std::vector<std::string> parts;
+// Adds a part's coefficient, in its size's units, to `sizes` under its split.
+void add_part(Sizes& sizes, const decl::SavedPart& p, const LayerConfig& c, const SplitOf& split) {
+  const SizeOf z = size_of(p, c);
+  (p.unit == 'A' ? sizes[z.size].a : sizes[z.size].m)[split_index(split.symbol)] += z.k;
+}
+
+// A term's formula as the papers write it, from its parts summed by size and split: "A sbh",
+// "2A sbh/t", "(A as^2b + A sbh)/t", and with parts split two ways "(A sbh/t + A sbgd/g)".
+std::string term_formula(const Sizes& sizes) {
+  struct Part {
+    std::string text;  // "2A sbh"
+    int split;
+  };
+  std::vector<Part> parts;
   std::set<int> used_splits;
   for (const int size : {3, 0, 1, 2}) {  // as^2b first, as the papers write probs x V
+    const Coefficients& k = sizes[size];
     for (int split = 0; split < 3; ++split) {
-      const Coefficients& k = sizes[size];
-      if (k.a[split] != 0)
-        parts.push_back(coefficients(k.a[split], 0) + " " + kSizes[size] + "|" +
-                        std::to_string(split));
-      if (k.m[split] != 0)
-        parts.push_back(coefficients(0, k.m[split]) + " " + kSizes[size] + "|" +
-                        std::to_string(split));
-      if (k.a[split] != 0 || k.m[split] != 0) used_splits.insert(split);
+      for (const std::string& c : {coefficients(k.a[split], 0), coefficients(0, k.m[split])}) {
+        if (c.empty()) continue;
+        parts.push_back({c + " " + kSizes[size], split});
+        used_splits.insert(split);
+      }
     }
   }
   const bool one_split = used_splits.size() == 1;
   std::string f;
-  for (std::string part : parts) {
-    const int split = part.back() - '0';
-    part.resize(part.size() - 2);
-    f += (f.empty() ? "" : " + ") + part + (one_split ? "" : kSplitSymbols[split]);
+  for (const Part& part : parts) {
+    f += (f.empty() ? "" : " + ") + part.text + (one_split ? "" : kSplitSymbols[part.split]);
   }
   if (parts.size() > 1) f = "(" + f + ")";
   return f + (one_split ? kSplitSymbols[*used_splits.begin()] : "");
@@ -182,22 +175,21 @@ ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input)
   // The op that saves a column-parallel linear's input: tp-sp's gather_matmul, else matmul.
   const char* column_op = c.mode == ParallelMode::tp_sp ? "gather_matmul" : "matmul";
   ActivationModel m;
-  Coefficients sizes[kSizeCount];
+  Sizes sizes;
   for (const decl::ModuleDecl& module : decl::modules(c)) {
     for (const decl::SavedDecl& d : module.saved) {
       if (!d.applies(drop)) continue;
-      std::vector<SplitOf> splits;
+      Sizes term_sizes;
       double bytes = 0;
       for (const decl::SavedPart& p : d.parts) {
-        splits.push_back(split_of(p.split));
+        const SplitOf split = split_of(p.split);
         const double size = p.as2b ? as2b : sb * static_cast<double>(decl::width(p.width, c));
-        bytes += p.coeff * (p.unit == 'A' ? A : M) * size / splits.back().divisor;
-        const SizeOf z = size_of(p, c);
-        (p.unit == 'A' ? sizes[z.size].a : sizes[z.size].m)[split_index(splits.back().symbol)] +=
-            z.k;
+        bytes += p.coeff * (p.unit == 'A' ? A : M) * size / split.divisor;
+        add_part(term_sizes, p, c, split);
+        add_part(sizes, p, c, split);
       }
       m.terms.push_back(
-          {d.what, module.scope, *d.op ? d.op : column_op, term_formula(d, c, splits), bytes});
+          {d.what, module.scope, *d.op ? d.op : column_op, term_formula(term_sizes), bytes});
       m.total_bytes += bytes;
     }
     // A norm keeps its statistics per row it normalises (LayerNorm: mean and rstd; RMSNorm:

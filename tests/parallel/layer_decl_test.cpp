@@ -107,6 +107,22 @@ TEST(LayerDecl, TheSingleDeviceLayersParametersAreTheDeclaredOnes) {
   EXPECT_EQ(gpt.qkv_weight.to_vector(), no_bias.qkv_weight.to_vector());
   EXPECT_FALSE(no_bias.qkv_bias.defined());
   EXPECT_FALSE(no_bias.ln1_bias.defined());
+  // A weight the configuration does not declare is refused, naming the layer it was given for.
+  LayerConfig grouped = small(ParallelMode::single, 1);
+  grouped.kv_heads = 1;
+  LayerWeights extra = make_layer_weights(ctx, grouped);
+  extra.qkv_weight = gpt.qkv_weight;
+  try {
+    TransformerLayer(grouped, extra);
+    FAIL() << "an undeclared weight was taken";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("attn.qkv.weight is given, but a layer of s=8 b=2 h=16 "
+                                         "a=4 g=1 has no such parameter"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(&extra.at("attn.qkv.kv_weight"), &extra.kv_weight);
+  EXPECT_THROW(no_bias.at("attn.qkv.bias"), ArgumentError);
 }
 
 // Megatron's split: column-parallel weights Shard(1) and biases Shard(0), row-parallel weights
