@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "autograd/errors.h"
-#include "parallel/layers/transformer_layer.h"
+#include "parallel/layers/layer_stack.h"
 
 namespace shardscope {
 namespace {
@@ -26,6 +26,7 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
   add("--batch", run.batch, dump.batch);
   add("--hidden", run.hidden, dump.hidden);
   add("--heads", run.heads, dump.heads);
+  add("--layers", run.layers, dump.layers);
   // g follows a unless given.
   add("--kv-heads", run.kv_heads > 0 ? run.kv_heads : dump.heads, dump.kv_heads_count());
   // f follows h unless given: --ffn only when the run's f with the dump's h would still differ.
@@ -63,7 +64,7 @@ std::string flags_to_match(const LayerConfig& run, const LayerConfig& dump) {
 std::vector<std::pair<std::string, Shape>> loaded_tensors(const LayerConfig& c) {
   Context scratch(0);
   std::vector<std::pair<std::string, Shape>> out;
-  for (const auto& [name, t] : make_layer_weights(scratch, c).named()) {
+  for (const auto& [name, t] : stack_named(c, make_stack_weights(scratch, c))) {
     out.emplace_back(name, t.shape());
   }
   out.emplace_back("input", Shape{c.seq, c.batch, c.hidden});

@@ -33,7 +33,16 @@ nlohmann::json memory_json(const RunResult& r) {
                        {"saved_by", t.scope + "/" + t.op},
                        {"formula", t.formula},
                        {"measured_bytes", t.measured_bytes},
-                       {"formula_bytes", t.model_bytes}});
+                       {"formula_bytes", t.model_bytes},
+                       {"layer", t.layer}});
+    }
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerMemory& l : m.layers) {
+      layers.push_back({{"layer", l.layer},
+                        {"saved_activation_bytes", l.saved_activation_bytes},
+                        {"formula_bytes", l.formula_bytes},
+                        {"extras_bytes", l.extras_bytes},
+                        {"formula_extras_bytes", l.formula_extras_bytes}});
     }
     ranks.push_back({{"rank", m.rank},
                      {"saved_activation_bytes", m.saved_activation_bytes},
@@ -42,6 +51,7 @@ nlohmann::json memory_json(const RunResult& r) {
                      {"formula_extras_bytes", m.formula_extras_bytes},
                      {"peak_bytes", m.peak_bytes},
                      {"formula", m.formula},
+                     {"layers", layers},
                      {"terms", terms}});
   }
   return {{"per_rank", ranks}};

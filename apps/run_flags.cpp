@@ -52,6 +52,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--hidden", c.hidden, "hidden size h")->capture_default_str();
   run.add_option("--heads", c.heads, "attention heads a (h must divide by a)")
       ->capture_default_str();
+  run.add_option("--layers", c.layers,
+                 "L: a stack of L layers of this kind, each with its own weights, every one "
+                 "checked and measured")
+      ->capture_default_str();
   run.add_option("--kv-heads", c.kv_heads,
                  "key/value heads g (grouped-query attention; 1: multi-query; default a)");
   run.add_option("--model", text.model,
@@ -145,7 +149,7 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--log-every",    "--overwrite",     "--trace-events",
                                        "--norm",         "--mlp",           "--ffn",
                                        "--no-bias",      "--rope",          "--rope-base",
-                                       "--kv-heads",     "--model"};
+                                       "--kv-heads",     "--model",         "--layers"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -176,7 +180,8 @@ std::string with_flags(const ArgumentError& error) {
                                                                {"rope", "--rope"},
                                                                {"rope_base", "--rope-base"},
                                                                {"kv_heads", "--kv-heads"},
-                                                               {"model", "--model"}};
+                                                               {"model", "--model"},
+                                                               {"layers", "--layers"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {

@@ -8,24 +8,37 @@ namespace shardscope {
 namespace {
 
 bool same_key(const CommLine& a, const CommLine& b) {
-  return a.kind == b.kind && a.phase == b.phase && a.purpose == b.purpose;
+  return a.layer == b.layer && a.kind == b.kind && a.phase == b.phase && a.purpose == b.purpose;
 }
 
-void print_comm_line(const char* kind, const char* phase, const char* purpose, int count,
-                     double bytes, int model_count, double model_bytes, std::ostream& out) {
-  char line[200];
+// The first column: the collective, after its layer in a stack ("layer 1 all_gather"; a
+// collective outside the layers, the loss's or the check's, "- all_reduce").
+struct CommLabel {
+  bool stack;
+  std::string operator()(const CommLine& l) const {
+    const std::string kind = collective_name(l.kind);
+    if (!stack) return kind;
+    return (l.layer >= 0 ? "layer " + std::to_string(l.layer) : std::string("-")) + " " + kind;
+  }
+  int width() const { return stack ? 26 : 16; }
+};
+
+void print_comm_line(const CommLabel& label, const CommLine& l, int count, double bytes,
+                     int model_count, double model_bytes, std::ostream& out) {
+  char line[240];
   const bool match = count == model_count && bytes == model_bytes;
-  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7d %16.0f %7d %16.0f  %s\n", kind, phase,
-                purpose, count, bytes, model_count, model_bytes, match ? "match" : "DIFFERS");
+  std::snprintf(line, sizeof line, "%-*s %-9s %-11s %7d %16.0f %7d %16.0f  %s\n", label.width(),
+                label(l).c_str(), phase_name(l.phase), comm_purpose_name(l.purpose), count, bytes,
+                model_count, model_bytes, match ? "match" : "DIFFERS");
   out << line;
 }
 
 // A line the model does not cover (the loss, the check's own collectives): measured only.
-void print_unmodelled_line(const char* kind, const char* phase, const char* purpose, int count,
-                           double bytes, std::ostream& out) {
-  char line[200];
-  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7d %16.0f %7s %16s  %s\n", kind, phase,
-                purpose, count, bytes, "-", "-", "no model");
+void print_unmodelled_line(const CommLabel& label, const CommLine& l, std::ostream& out) {
+  char line[240];
+  std::snprintf(line, sizeof line, "%-*s %-9s %-11s %7d %16.0f %7s %16s  %s\n", label.width(),
+                label(l).c_str(), phase_name(l.phase), comm_purpose_name(l.purpose), l.count,
+                l.bytes_sent, "-", "-", "no model");
   out << line;
 }
 
@@ -69,8 +82,12 @@ void print_comm_table(const std::vector<CommLine>& measured, const std::vector<C
          "for each under the ring algorithm (all-reduce 2(t-1)/t of the buffer, all-gather and "
          "reduce-scatter (t-1)/t of the full tensor, all-to-all (t-1)/t of it), not the bytes "
          "the communicator moved; the model covers activations and parameter gradients\n";
-  std::snprintf(line, sizeof line, "%-16s %-9s %-11s %7s %16s %7s %16s\n", "collective", "phase",
-                "purpose", "calls", "bytes sent", "model", "model bytes");
+  bool stack = false;
+  for (const CommLine& m : model) stack = stack || m.layer > 0;
+  const CommLabel label{stack};
+  std::snprintf(line, sizeof line, "%-*s %-9s %-11s %7s %16s %7s %16s\n", label.width(),
+                stack ? "layer, collective" : "collective", "phase", "purpose", "calls",
+                "bytes sent", "model", "model bytes");
   out << line;
   double total = 0, model_total = 0;
   for (const CommLine& m : measured) {
@@ -81,23 +98,18 @@ void print_comm_table(const std::vector<CommLine>& measured, const std::vector<C
     }
     if (m.purpose == CommPurpose::activation) total += m.bytes_sent;
     if (!is_modelled(m)) {
-      print_unmodelled_line(collective_name(m.kind), phase_name(m.phase),
-                            comm_purpose_name(m.purpose), m.count, m.bytes_sent, out);
+      print_unmodelled_line(label, m, out);
       continue;
     }
-    print_comm_line(collective_name(m.kind), phase_name(m.phase), comm_purpose_name(m.purpose),
-                    m.count, m.bytes_sent, model_count, model_bytes, out);
+    print_comm_line(label, m, m.count, m.bytes_sent, model_count, model_bytes, out);
   }
   for (const CommLine& e : model) {
     bool seen = false;
     for (const CommLine& m : measured) seen = seen || same_key(m, e);
     if (e.purpose == CommPurpose::activation) model_total += e.bytes_sent;
-    if (!seen) {
-      print_comm_line(collective_name(e.kind), phase_name(e.phase), comm_purpose_name(e.purpose), 0,
-                      0, e.count, e.bytes_sent, out);
-    }
+    if (!seen) print_comm_line(label, e, 0, 0, e.count, e.bytes_sent, out);
   }
-  std::snprintf(line, sizeof line, "%-38s %7s %16.0f %7s %16.0f  %s\n",
+  std::snprintf(line, sizeof line, "%-*s %7s %16.0f %7s %16.0f  %s\n", label.width() + 22,
                 "total (activations, forward + backward)", "", total, "", model_total,
                 total == model_total ? "match" : "DIFFERS");
   out << line;
@@ -105,22 +117,49 @@ void print_comm_table(const std::vector<CommLine>& measured, const std::vector<C
 
 void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream& out) {
   char line[256];
-  out << "\nsaved activation memory of layer " << c.layer << ", rank " << m.rank
+  const bool stack = c.layers > 1;
+  out << "\nsaved activation memory of "
+      << (stack ? "each layer" : "layer " + std::to_string(c.layer)) << ", rank " << m.rank
       << ", after the forward of step 0 (A = " << dtype_size(c.dtype) << " bytes, "
       << dtype_name(c.dtype) << "; M = 1 byte, u8 mask; " << c.shape_text() << ", t=" << c.degree
       << ")\n";
+  if (stack) {
+    out << "terms of layer 0; a term of another layer follows only where it differs\n";
+  }
   std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12s %12s\n", "term", "saved by", "formula",
                 "measured B", "formula B");
   out << line;
   for (const MeasuredTerm& t : m.terms) {
-    std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12.0f %12.0f%s\n", t.what.c_str(),
+    const bool differs = t.measured_bytes != t.model_bytes;
+    if (t.layer != 0 && !differs) continue;
+    const std::string what =
+        (t.layer != 0 ? "layer " + std::to_string(t.layer) + ": " : "") + t.what;
+    std::snprintf(line, sizeof line, "%-34s %-30s %-22s %12.0f %12.0f%s\n", what.c_str(),
                   (t.scope + "/" + t.op).c_str(), t.formula.c_str(), t.measured_bytes,
-                  t.model_bytes, t.measured_bytes == t.model_bytes ? "" : "  <- differs");
+                  t.model_bytes, differs ? "  <- differs" : "");
+    out << line;
+  }
+  double in_layers = 0;
+  for (const LayerMemory& l : m.layers) {
+    in_layers += l.saved_activation_bytes;
+    if (!stack) continue;
+    const std::string what = "layer " + std::to_string(l.layer);
+    std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", what.c_str(),
+                  m.formula.c_str(), l.saved_activation_bytes, l.formula_bytes,
+                  l.saved_activation_bytes == l.formula_bytes ? "match" : "MISMATCH");
+    out << line;
+  }
+  if (stack || m.saved_activation_bytes != in_layers) {
+    std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f\n", "outside the layers",
+                  "nothing saved for backward", m.saved_activation_bytes - in_layers, 0.0);
     out << line;
   }
   const bool match = m.saved_activation_bytes == m.formula_bytes;
-  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", "total", m.formula.c_str(),
-                m.saved_activation_bytes, m.formula_bytes, match ? "match" : "MISMATCH");
+  const std::string total = stack ? "total, " + std::to_string(c.layers) + " layers" : "total";
+  const std::string formula = stack ? std::to_string(c.layers) + " x " + m.formula : m.formula;
+  std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", total.c_str(),
+                formula.c_str(), m.saved_activation_bytes, m.formula_bytes,
+                match ? "match" : "MISMATCH");
   out << line;
   std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f\n", "extras (norm statistics)",
                 "not in the formula", m.extras_bytes, m.formula_extras_bytes);
@@ -141,16 +180,23 @@ std::vector<std::string> model_differences(const std::vector<RankMemory>& memory
       out.push_back(rank + "saved activations " + bytes(m.saved_activation_bytes) +
                     ", the formula " + bytes(m.formula_bytes));
     }
+    for (const LayerMemory& l : m.layers) {
+      if (l.saved_activation_bytes != l.formula_bytes) {
+        out.push_back(rank + "layer " + std::to_string(l.layer) + "'s saved activations " +
+                      bytes(l.saved_activation_bytes) + ", the formula " + bytes(l.formula_bytes));
+      }
+    }
     for (const MeasuredTerm& t : m.terms) {
       if (t.measured_bytes != t.model_bytes) {
-        out.push_back(rank + "term '" + t.what + "' (" + t.scope + "/" + t.op + ") " +
-                      bytes(t.measured_bytes) + ", its formula " + bytes(t.model_bytes));
+        out.push_back(rank + "layer " + std::to_string(t.layer) + ", term '" + t.what + "' (" +
+                      t.scope + "/" + t.op + ") " + bytes(t.measured_bytes) + ", its formula " +
+                      bytes(t.model_bytes));
       }
     }
   }
   auto name = [](const CommLine& l) {
-    return std::string(collective_name(l.kind)) + " " + phase_name(l.phase) + " " +
-           comm_purpose_name(l.purpose);
+    return "layer " + std::to_string(l.layer) + ", " + collective_name(l.kind) + " " +
+           phase_name(l.phase) + " " + comm_purpose_name(l.purpose);
   };
   for (const CommLine& m : measured) {
     if (!is_modelled(m)) continue;

@@ -193,6 +193,7 @@ json layer_config_json(const LayerConfig& c) {
           {"kv_heads", c.kv_heads_count()},
           {"dropout", c.dropout},
           {"seed", c.seed},
+          {"layers", c.layers},
           {"layer", c.layer},
           {"causal", c.causal},
           {"layernorm_eps", c.layernorm_eps},
@@ -224,6 +225,7 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
     }
     c.seed = v.get<std::uint64_t>();
   }
+  if (j.contains("layers")) c.layers = int_in_range(j, "layers", 1, INT_MAX, where);
   if (j.contains("layer")) c.layer = int_in_range(j, "layer", 0, INT_MAX, where);
   if (j.contains("degree")) c.degree = int_in_range(j, "degree", 1, INT_MAX, where);
   if (j.contains("ffn")) c.ffn = int_in_range(j, "ffn", 1, INT_MAX, where);

@@ -88,6 +88,7 @@ std::string LayerConfig::shape_text() const {
                      " h=" + std::to_string(hidden) + " a=" + std::to_string(heads);
   if (kv_heads_count() != heads) text += " g=" + std::to_string(kv_heads_count());
   if (ffn_width() != 4 * hidden) text += " f=" + std::to_string(ffn_width());
+  if (layers != 1) text += " L=" + std::to_string(layers);
   if (norm != Norm::layernorm) text += std::string(", ") + norm_name(norm);
   if (mlp != Mlp::gelu) text += std::string(", ") + mlp_name(mlp);
   if (!bias) text += ", no biases";
@@ -226,10 +227,14 @@ void LayerConfig::validate() const {
                       {"rope", "hidden", "heads"});
   }
   require_eps(layernorm_eps);
-  if (layer < 0 || layer >= (1 << 23)) {
-    throw ConfigError(
-        "layer must be in [0, 2^23) (it keys the dropout streams), given " + std::to_string(layer),
-        {"layer"});
+  constexpr int kMaxLayers = 1 << 16;  // each layer keys 64 weight streams and its dropout's
+  if (layers < 1 || layers > kMaxLayers) {
+    throw ConfigError("layers must be in [1, 65536], given " + std::to_string(layers), {"layers"});
+  }
+  if (layer < 0 || layer >= layers) {
+    throw ConfigError("layer must be in [0, layers - 1] = [0, " + std::to_string(layers - 1) +
+                          "] (its index in the stack), given " + std::to_string(layer),
+                      {"layer", "layers"});
   }
   // The largest tensors are the scores [b, a, s, s] and the MLP's fc1 output [s, b, f] (SwiGLU:
   // [s, b, 2f]).

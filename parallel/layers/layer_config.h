@@ -58,7 +58,10 @@ struct LayerConfig {
   std::int64_t kv_heads = 0;  // g, the key/value heads (grouped-query attention); 0: a (MHA)
   double dropout = 0.1;       // p of all three dropouts
   std::uint64_t seed = 1;     // weights, inputs and dropout masks derive from it
-  int layer = 0;              // the layer index (dropout streams, traces)
+  // L, the layers of the stack: each a layer of this configuration with weights of its own, run
+  // one after another (layer i's output is layer i + 1's input).
+  int layers = 1;
+  int layer = 0;  // this layer's index in the stack, 0 to L - 1 (weights, dropout streams, traces)
   bool causal = true;
   double layernorm_eps = 1e-5;  // the eps of either norm
   Norm norm = Norm::layernorm;
@@ -80,7 +83,8 @@ struct LayerConfig {
   // reference check catch it. The single-device reference never plants one.
   PlantedBug planted_bug = PlantedBug::none;
 
-  // "s=16 b=2 h=32 a=4", then what differs from GPT's layer: " f=96, rmsnorm, swiglu, no biases".
+  // "s=16 b=2 h=32 a=4", then what differs from GPT's layer: " f=96, rmsnorm, swiglu, no biases";
+  // a stack's " L=4" after the sizes.
   std::string shape_text() const;
 
   std::int64_t head_dim() const { return hidden / heads; }

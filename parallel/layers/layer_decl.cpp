@@ -349,6 +349,10 @@ std::vector<Param> parameters(const LayerConfig& c) {
   return out;
 }
 
+std::string stack_name(const LayerConfig& c, const std::string& name) {
+  return c.layers > 1 ? "layers." + std::to_string(c.layer) + "." + name : name;
+}
+
 Param parameter(const LayerConfig& c, const std::string& name) {
   std::vector<std::string> declared;
   for (Param& p : parameters(c)) {

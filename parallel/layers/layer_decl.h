@@ -184,6 +184,10 @@ struct Param {
   Shape shape;
   std::vector<std::string> dims;  // {"h", "3h"}: the names of the shape's dims
 };
+// The name of the layer's parameter `name` in a stack of c.layers layers: "layers.<c.layer>." +
+// name, as Megatron-LM and Hugging Face name a stack's parameters, or `name` alone in a stack of
+// one (the names of dumps and reports of a single layer stay as they were).
+std::string stack_name(const LayerConfig& c, const std::string& name);
 // Every parameter of the layer, in module order (the order of LayerWeights and of dumps).
 std::vector<Param> parameters(const LayerConfig& c);
 // The parameter named `name` ("attn.qkv.weight"); throws ArgumentError naming the declared ones.

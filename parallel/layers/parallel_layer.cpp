@@ -55,7 +55,7 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
     // Where it goes and whether its gradient needs a reduction: the declaration says.
     const decl::Param declared = decl::parameter(config_, name);
     ShardedParameter p;
-    p.name = name;
+    p.name = decl::stack_name(config_, name);
     p.module = declared.module;
     p.global = tensor.shape();
     p.placement = decl::placement(*declared.decl, config_);
@@ -65,7 +65,7 @@ ParallelTransformerLayer::ParallelTransformerLayer(const LayerConfig& config, Pr
     const Tensor slice = block_split
                              ? qkv_block_slice(tensor, group.rank(), group.size())
                              : slice_of_full(tensor, p.placement, group.rank(), group.size());
-    p.local = Tensor::parameter(slice.copy_to(group.ctx()), name);
+    p.local = Tensor::parameter(slice.copy_to(group.ctx()), p.name);
     params_.push_back(std::move(p));
   }
 }
@@ -75,8 +75,9 @@ Placement ParallelTransformerLayer::activation_placement() const {
 }
 
 const Tensor& ParallelTransformerLayer::param(const std::string& name) const {
+  const std::string in_stack = decl::stack_name(config_, name);
   for (const ShardedParameter& p : params_) {
-    if (p.name == name) return p.local;
+    if (p.name == in_stack) return p.local;
   }
   throw ArgumentError("ParallelTransformerLayer: no parameter " + name);
 }
@@ -325,7 +326,7 @@ void ParallelTransformerLayer::reduce_parameter_gradients() {
     }
     // PLANTED BUG row-bias-grad-not-reduced: the same for the row-parallel linears' biases.
     if (bug == PlantedBug::row_bias_grad_not_reduced && p.module->kind == decl::Kind::row_linear &&
-        decl::has_bias(*p.module) && p.name == decl::bias(*p.module)) {
+        decl::has_bias(*p.module) && p.name == decl::stack_name(config_, decl::bias(*p.module))) {
       continue;
     }
     Tensor g = p.local.grad();

@@ -156,7 +156,7 @@ LayerWeights copy_weights(const LayerWeights& from, Context& ctx) {
   LayerWeights w;
   for (std::size_t i = 0; i < kMemberCount; ++i) {
     const Tensor& t = from.*kMembers[i];
-    if (t.defined()) w.*kMembers[i] = Tensor::parameter(t.copy_to(ctx), member_names().names[i]);
+    if (t.defined()) w.*kMembers[i] = Tensor::parameter(t.copy_to(ctx), t.name());
   }
   return w;
 }
@@ -176,7 +176,7 @@ LayerWeights make_layer_weights(Context& ctx, const LayerConfig& c) {
       const Tensor noise = Tensor::randn(ctx, shape, key, 0.1, c.dtype);
       ctx.backend().add(values, noise, 1.0, 1.0, values);
     }
-    w.*slot.member = Tensor::parameter(values, slot.param.name);
+    w.*slot.member = Tensor::parameter(values, decl::stack_name(c, slot.param.name));
   }
   return w;
 }

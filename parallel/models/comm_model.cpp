@@ -30,7 +30,10 @@ double ring_bytes_sent(CollectiveKind kind, double full_bytes, int t) {
   return 0.0;
 }
 
-std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input) {
+namespace {
+
+// The lines of layer c.layer.
+std::vector<CommLine> layer_comm(const LayerConfig& c, bool keep_gathered_input) {
   std::vector<CommLine> out;
   if (c.mode == ParallelMode::single) return out;
   const int t = c.degree;
@@ -86,6 +89,18 @@ std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input)
     if (decl::partial_grad(*p.decl, c)) {
       line(CollectiveKind::all_reduce, bwd, grad, 1, static_cast<double>(p.shape.numel()) * A);
     }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CommLine> comm_model(const LayerConfig& c, bool keep_gathered_input) {
+  std::vector<CommLine> out;
+  for (int i = 0; i < c.layers; ++i) {
+    LayerConfig layer = c;
+    layer.layer = i;
+    for (const CommLine& l : layer_comm(layer, keep_gathered_input)) out.push_back(l);
   }
   return out;
 }

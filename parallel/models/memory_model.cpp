@@ -234,7 +234,9 @@ std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const Memo
       sites.push_back({site.scope, site.op, static_cast<double>(site.bytes)});
     }
   }
-  return measure_sites(model, sites);
+  std::vector<MeasuredTerm> terms = measure_sites(model, sites);
+  for (MeasuredTerm& t : terms) t.layer = layer;
+  return terms;
 }
 
 ActivationModel single_device_activation_model(const LayerConfig& c) {
@@ -246,7 +248,7 @@ ActivationModel single_device_activation_model(const LayerConfig& c) {
 
 namespace {
 
-// The elements of the layer's parameters, whole and as a rank of config.mode holds them.
+// The elements of the stack's parameters, whole and as a rank of config.mode holds them.
 struct ParamCount {
   double full = 0, rank = 0;
 };
@@ -254,7 +256,7 @@ ParamCount param_count(const LayerConfig& c) {
   const double t = c.mode == ParallelMode::single ? 1.0 : static_cast<double>(c.degree);
   ParamCount n;
   for (const decl::Param& p : decl::parameters(c)) {
-    const double numel = static_cast<double>(p.shape.numel());
+    const double numel = static_cast<double>(c.layers) * static_cast<double>(p.shape.numel());
     n.full += numel;
     n.rank += decl::placement(*p.decl, c).is_shard() ? numel / t : numel;
   }
@@ -271,7 +273,8 @@ double rank_bytes(const LayerConfig& c, bool keep_gathered_input) {
   const double local_sbh = c.mode == ParallelMode::tp ? sbh : sbh / t;
   // Backward frees the saved activations as it makes the gradients: the peak holds at least
   // either all the activations with the parameters, or the parameters with their gradients.
-  const double held = std::max(model.total_bytes + model.extras_bytes + params * a, 2 * params * a);
+  const double activations = c.layers * (model.total_bytes + model.extras_bytes);
+  const double held = std::max(activations + params * a, 2 * params * a);
   return held + 3 * local_sbh * a;  // with the input, the target and the output
 }
 

@@ -50,6 +50,7 @@ struct MeasuredTerm {
   std::string what, scope, op, formula;
   double model_bytes = 0;
   double measured_bytes = 0;
+  int layer = 0;  // the stack's layer it was measured in
 };
 
 // Saved activation bytes of one saving op (its scope and kind), from a ledger or from a trace's
@@ -64,7 +65,8 @@ struct SavedAt {
 // for every measurement (the ledger's below, the visualizer's from a trace).
 std::vector<MeasuredTerm> measure_sites(const ActivationModel& model,
                                         const std::vector<SavedAt>& sites);
-// measure_sites on the ledger's saved activations (SaveRole::activation) of `layer`.
+// measure_sites on the ledger's saved activations (SaveRole::activation) of `layer`, each term
+// marked with it.
 std::vector<MeasuredTerm> measure_terms(const ActivationModel& model, const MemoryLedger& ledger,
                                         int layer);
 std::string formula_text(const LayerConfig& config, bool keep_gathered_input);  // model's formula

@@ -13,17 +13,17 @@
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "parallel/layers/collective_ops.h"
-#include "parallel/layers/parallel_layer.h"
+#include "parallel/layers/layer_stack.h"
 #include "parallel/models/memory_model.h"
 #include "parallel/run/diagnosis.h"
 
 namespace shardscope {
 namespace {
 
-// The single-device layer or the parallel one behind one interface.
+// The single-device stack or the parallel one behind one interface.
 struct LayerHandle {
-  std::unique_ptr<TransformerLayer> single;
-  std::unique_ptr<ParallelTransformerLayer> parallel;
+  std::unique_ptr<TransformerStack> single;
+  std::unique_ptr<ParallelTransformerStack> parallel;
   std::vector<ShardedParameter> single_params;
 
   Placement placement() const {
@@ -44,53 +44,67 @@ struct LayerHandle {
   }
 };
 
-// The layer's full weights, inputs and targets: deterministic from the seed, or loaded.
+// The stack's full weights, inputs and targets: deterministic from the seed, or loaded.
 struct FullData {
-  LayerWeights weights;
+  std::vector<LayerWeights> weights;  // layer by layer
   Tensor x, target;
 };
 
 FullData full_data(Context& ctx, const LayerRunSpec& spec) {
   const LayerConfig& c = spec.layer;
   const Shape shape{c.seq, c.batch, c.hidden};
-  FullData d{make_layer_weights(ctx, c),
+  FullData d{make_stack_weights(ctx, c),
              Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedInput), 1.0, c.dtype),
              Tensor::randn(ctx, shape, kernels::derive_seed(c.seed, kSeedTarget), 1.0, c.dtype)};
   if (spec.load) {
-    for (const auto& [name, t] : d.weights.named()) spec.load(name, t);
+    for (const auto& [name, t] : stack_named(c, d.weights)) spec.load(name, t);
     spec.load("input", d.x);
     spec.load("target", d.target);
   }
   return d;
 }
 
-LayerHandle make_layer(RankEnv& env, const LayerRunSpec& spec, const LayerWeights& full) {
+LayerHandle make_layer(RankEnv& env, const LayerRunSpec& spec,
+                       const std::vector<LayerWeights>& full) {
+  const LayerConfig& c = spec.layer;
   LayerHandle h;
-  if (spec.layer.mode == ParallelMode::single) {
-    LayerWeights w = copy_weights(full, env.ctx);
-    for (const auto& [name, t] : w.named()) {
-      h.single_params.push_back(
-          {name, decl::parameter(spec.layer, name).module, t, Placement::replicate(), t.shape()});
+  if (c.mode == ParallelMode::single) {
+    std::vector<LayerWeights> mine;
+    for (int i = 0; i < c.layers; ++i) {
+      const LayerConfig layer = stack_layer(c, i);
+      mine.push_back(copy_weights(full[static_cast<std::size_t>(i)], env.ctx));
+      for (const auto& [name, t] : mine.back().named()) {
+        h.single_params.push_back({decl::stack_name(layer, name),
+                                   decl::parameter(layer, name).module, t, Placement::replicate(),
+                                   t.shape()});
+      }
     }
-    h.single = std::make_unique<TransformerLayer>(spec.layer, std::move(w));
+    h.single = std::make_unique<TransformerStack>(c, std::move(mine));
   } else {
     ParallelLinearOptions linear;
     linear.keep_gathered_input = spec.keep_gathered_input;
-    h.parallel = std::make_unique<ParallelTransformerLayer>(spec.layer, env.group, full, linear);
+    h.parallel = std::make_unique<ParallelTransformerStack>(c, env.group, full, linear);
   }
   return h;
 }
 
+// The saved activations of every layer beside the model, which is the same for each; the rank's
+// totals count every saved byte, in a layer or not, against L times the layer's formula.
 RankMemory measure_memory(const MemoryLedger& ledger, const LayerRunSpec& spec, int rank) {
   const ActivationModel model = activation_model(spec.layer, spec.keep_gathered_input);
+  const double layers = spec.layer.layers;
   RankMemory m;
   m.rank = rank;
   m.formula = model.formula;
-  m.formula_bytes = model.total_bytes;
-  m.formula_extras_bytes = model.extras_bytes;
-  m.saved_activation_bytes = static_cast<double>(ledger.saved_activation_bytes(spec.layer.layer));
-  m.extras_bytes = static_cast<double>(ledger.extras_bytes(spec.layer.layer));
-  m.terms = measure_terms(model, ledger, spec.layer.layer);
+  m.formula_bytes = layers * model.total_bytes;
+  m.formula_extras_bytes = layers * model.extras_bytes;
+  m.saved_activation_bytes = static_cast<double>(ledger.saved_activation_bytes());
+  m.extras_bytes = static_cast<double>(ledger.extras_bytes());
+  for (int i = 0; i < spec.layer.layers; ++i) {
+    m.layers.push_back({i, static_cast<double>(ledger.saved_activation_bytes(i)), model.total_bytes,
+                        static_cast<double>(ledger.extras_bytes(i)), model.extras_bytes});
+    for (MeasuredTerm& t : measure_terms(model, ledger, i)) m.terms.push_back(std::move(t));
+  }
   return m;
 }
 
@@ -232,21 +246,32 @@ StepCheck summarise(int step, const std::vector<TensorCheck>& tensors) {
   return s;
 }
 
-// Every rank's memory totals, so one rank (or one MPI process) can report them all.
+// Every rank's memory totals and each layer's, so one rank (or one MPI process) can report them
+// all.
 std::vector<RankMemory> gather_memory_totals(RankEnv& env, const RankMemory& mine) {
-  const std::vector<double> values{mine.saved_activation_bytes, mine.formula_bytes,
-                                   mine.extras_bytes, mine.formula_extras_bytes, mine.peak_bytes};
-  Tensor local = Tensor::from_vector(env.ctx, {5}, values, DType::f64);
+  std::vector<double> values{mine.saved_activation_bytes, mine.formula_bytes, mine.extras_bytes,
+                             mine.formula_extras_bytes, mine.peak_bytes};
+  for (const LayerMemory& l : mine.layers) {
+    values.insert(values.end(), {l.saved_activation_bytes, l.formula_bytes, l.extras_bytes,
+                                 l.formula_extras_bytes});
+  }
+  const std::size_t n = values.size();
+  Tensor local = Tensor::from_vector(env.ctx, {static_cast<std::int64_t>(n)}, values, DType::f64);
   const std::vector<double> all = env.group.all_gather(local, CommPurpose::check).to_vector();
   std::vector<RankMemory> out(static_cast<std::size_t>(env.world));
   for (std::size_t r = 0; r < out.size(); ++r) {
+    const double* v = &all[n * r];
     out[r].rank = static_cast<int>(r);
-    out[r].saved_activation_bytes = all[5 * r];
-    out[r].formula_bytes = all[5 * r + 1];
-    out[r].extras_bytes = all[5 * r + 2];
-    out[r].formula_extras_bytes = all[5 * r + 3];
-    out[r].peak_bytes = all[5 * r + 4];
+    out[r].saved_activation_bytes = v[0];
+    out[r].formula_bytes = v[1];
+    out[r].extras_bytes = v[2];
+    out[r].formula_extras_bytes = v[3];
+    out[r].peak_bytes = v[4];
     out[r].formula = mine.formula;
+    for (std::size_t i = 0; i < mine.layers.size(); ++i) {
+      const double* l = v + 5 + 4 * i;
+      out[r].layers.push_back({static_cast<int>(i), l[0], l[1], l[2], l[3]});
+    }
   }
   return out;
 }
@@ -269,9 +294,9 @@ std::vector<RankTensor> run_tensors(const LayerHandle& layer, const ParallelTens
 
 }  // namespace
 
-// The single-device layer on the run's full weights and data, stepping as the run does.
+// The single-device stack on the run's full weights and data, stepping as the run does.
 struct ReferenceLayer {
-  TransformerLayer layer;
+  TransformerStack layer;
   Tensor x, target;
   double learning_rate;
 
@@ -300,7 +325,7 @@ struct ReferenceLayer {
     NoGradGuard no_grad(ctx);
     out.push_back({"input.grad", x.grad().clone()});
     x.zero_grad();
-    const auto named = layer.weights().named();
+    const auto named = layer.named();
     for (const auto& [name, p] : named) out.push_back({name + ".grad", p.grad().clone()});
     sgd_step(layer.parameters(), learning_rate);
     for (const auto& [name, p] : named) out.push_back({name, p});
@@ -369,7 +394,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
   c.validate();
   Context scratch(env.rank);  // full weights and data, outside the measured context
   const FullData data = full_data(scratch, spec);
-  const LayerWeights& full = data.weights;
+  const std::vector<LayerWeights>& full = data.weights;
   const Tensor& full_x = data.x;
   const Tensor& full_t = data.target;
   const Shape shape{c.seq, c.batch, c.hidden};

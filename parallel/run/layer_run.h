@@ -108,15 +108,28 @@ struct StepRecord {
   std::size_t live_bytes = 0;
 };
 
-struct RankMemory {
-  int rank = 0;
-  double saved_activation_bytes = 0;  // after the forward of step 0
+// One layer's saved activations beside the layer's formula.
+struct LayerMemory {
+  int layer = 0;
+  double saved_activation_bytes = 0;
   double formula_bytes = 0;
   double extras_bytes = 0;
   double formula_extras_bytes = 0;
-  double peak_bytes = 0;  // all categories, over the whole run
-  std::string formula;
-  std::vector<MeasuredTerm> terms;  // model terms, then any measured site the model lacks
+};
+
+struct RankMemory {
+  int rank = 0;
+  // After the forward of step 0: every saved byte of the rank, in a layer or not, beside L times
+  // the layer's formula (nothing outside the layers saves for backward).
+  double saved_activation_bytes = 0;
+  double formula_bytes = 0;
+  double extras_bytes = 0;
+  double formula_extras_bytes = 0;
+  double peak_bytes = 0;            // all categories, over the whole run
+  std::string formula;              // one layer's
+  std::vector<LayerMemory> layers;  // each layer of the stack
+  // Each layer's model terms, then any measured site the model lacks, layer by layer.
+  std::vector<MeasuredTerm> terms;
 };
 
 // One checked step, in brief.

@@ -36,6 +36,41 @@ TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
 
 // Llama's norm, MLP and no biases from the command line: the header names them, the check passes,
 // the memory table matches its formula (SwiGLU's f = 96 = 1.5h in its own size, sbf).
+// A stack of layers: every layer's tensors checked, each layer's memory and collectives beside the
+// layer's models, the total beside L times the formula, in the table and the report.
+TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
+  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_stack.json";
+  std::filesystem::remove(path);
+  const Result r = run_cli(
+      "run --model llama --kv-heads 2 --layers 3 --mode tp-sp --degree 2 --seq 8 --batch 2 "
+      "--hidden 32 --heads 4 --steps 2 --report " +
+      path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("s=8 b=2 h=32 a=4 g=2 f=96 L=3, rmsnorm"));
+  EXPECT_THAT(r.output, HasSubstr("layers.2.mlp.fc2.weight.grad"));
+  EXPECT_THAT(r.output, HasSubstr("check passed"));
+  EXPECT_THAT(r.output, HasSubstr("layer 2 all_gather"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("layer 2 +\\(sbh"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("total, 3 layers +3 x \\(sbh"));
+  EXPECT_THAT(r.output, Not(HasSubstr("MISMATCH")));
+  EXPECT_THAT(r.output, Not(HasSubstr("DIFFERS")));
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << "no report at " << path;
+  const nlohmann::json report = nlohmann::json::parse(file);
+  EXPECT_EQ(report["config"]["layers"], 3);
+  const nlohmann::json& rank0 = report["memory"]["per_rank"][0];
+  ASSERT_EQ(rank0["layers"].size(), 3u);
+  EXPECT_EQ(rank0["layers"][2]["saved_activation_bytes"], rank0["layers"][2]["formula_bytes"]);
+  EXPECT_EQ(rank0["saved_activation_bytes"].get<double>(),
+            3 * rank0["layers"][0]["formula_bytes"].get<double>());
+  EXPECT_EQ(rank0["terms"].back()["layer"], 2);
+  EXPECT_TRUE(report["model_differences"].empty());
+  std::filesystem::remove(path);
+  const Result none = run_cli("run --layers 0");
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("layers must be in [1, 65536], given 0 (set by --layers)"));
+}
+
 TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
   const Result r = run_cli(
       "run --mode tp-sp --degree 2 --norm rmsnorm --mlp swiglu --no-bias --ffn 96 --seq 8 "

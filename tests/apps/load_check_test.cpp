@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "apps/load_check.h"
+#include "parallel/layers/layer_stack.h"
 #include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
@@ -32,7 +33,7 @@ LoadedDump dump_of(const LayerConfig& c, bool with_config = true) {
   d.dir = "some/dump";
   d.manifest.dtype = c.dtype;
   if (with_config) d.manifest.config = layer_config_json(c);
-  for (const auto& [name, t] : make_layer_weights(*d.context, c).named())
+  for (const auto& [name, t] : stack_named(c, make_stack_weights(*d.context, c)))
     d.tensors.emplace(name, t);
   const Shape shape{c.seq, c.batch, c.hidden};
   d.tensors.emplace("input", Tensor::zeros(*d.context, shape, c.dtype));
@@ -93,6 +94,25 @@ TEST(CheckLoadedDump, AnotherKindOfLayerNamesTheFlagsThatMakeIt) {
   RunOptions with_bias_off = run;
   with_bias_off.spec.layer.bias = false;
   EXPECT_THAT(error_of(dump_of(run.spec.layer), with_bias_off), HasSubstr("run without --no-bias"));
+}
+
+TEST(CheckLoadedDump, AStackOfAnotherDepthNamesTheLayersFlag) {
+  RunOptions run = small_run();
+  LayerConfig stack = run.spec.layer;
+  stack.layers = 3;
+  EXPECT_THAT(error_of(dump_of(stack), run),
+              HasSubstr("is a dump of s=4 b=1 h=8 a=2 L=3 f32, the flags give s=4 b=1 h=8 a=2 "
+                        "f32: run with --layers 3"));
+  run.spec.layer.layers = 3;  // the same stack loads, every layer's tensors by their names
+  EXPECT_EQ(error_of(dump_of(stack), run), "");
+  // Without a configuration the names tell: layer 2's tensors are missing from a stack of two.
+  stack.layers = 2;
+  try {
+    check_loaded_dump(dump_of(stack, false), run);
+    FAIL() << "a stack of two loaded as three";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no full tensor 'layers.2.ln1.weight'"));
+  }
 }
 
 TEST(CheckLoadedDump, AnotherDtypeOrHeadCountIsRefused) {

@@ -24,6 +24,7 @@ RankMemory memory_of(int rank, double saved, double formula) {
 
 CommLine line(CollectiveKind kind, Phase phase, CommPurpose purpose, int count, double bytes) {
   CommLine l;
+  l.layer = 0;
   l.kind = kind;
   l.phase = phase;
   l.purpose = purpose;
@@ -54,6 +55,8 @@ TEST(ModelDifferences, EachPlantedDifferenceIsNamed) {
   term.measured_bytes = 48;
   term.model_bytes = 40;
   memory[0].terms.push_back(term);
+  memory[1].layers.push_back({0, 50, 50, 0, 0});
+  memory[1].layers.push_back({1, 54, 50, 0, 0});
   const CommLine fwd =
       line(CollectiveKind::all_reduce, Phase::forward, CommPurpose::activation, 2, 512);
   const CommLine extra =
@@ -65,14 +68,16 @@ TEST(ModelDifferences, EachPlantedDifferenceIsNamed) {
   wrong.bytes_sent = 768;
   EXPECT_THAT(
       model_differences(memory, {wrong, extra}, {fwd, missing}),
-      ElementsAre(HasSubstr("rank 0: term 'softmax output' (attn.core/softmax) 48 B, its formula "
-                            "40 B"),
+      ElementsAre(HasSubstr("rank 0: layer 0, term 'softmax output' (attn.core/softmax) 48 B, "
+                            "its formula 40 B"),
                   HasSubstr("rank 1: saved activations 104 B, the formula 100 B"),
-                  HasSubstr("all_reduce forward activation 3 calls, 768 B; the model 2 calls, "
-                            "512 B"),
-                  HasSubstr("all_gather forward activation observed (1 calls, 64 B), not in the "
-                            "model"),
-                  HasSubstr("all_reduce backward param_grad in the model, never observed")));
+                  HasSubstr("rank 1: layer 1's saved activations 54 B, the formula 50 B"),
+                  HasSubstr("layer 0, all_reduce forward activation 3 calls, 768 B; the model 2 "
+                            "calls, 512 B"),
+                  HasSubstr("layer 0, all_gather forward activation observed (1 calls, 64 B), not "
+                            "in the model"),
+                  HasSubstr("layer 0, all_reduce backward param_grad in the model, never "
+                            "observed")));
 }
 
 }  // namespace

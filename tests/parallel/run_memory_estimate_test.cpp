@@ -14,9 +14,9 @@ namespace {
 
 TEST(RunMemoryEstimate, ARanksEstimateIsAtMostItsMeasuredPeakAndWithinAFactorOfOneAndAHalf) {
   struct Shape3 {
-    int seq, hidden, heads;
+    int seq, hidden, heads, layers;
   };
-  const Shape3 shapes[] = {{32, 64, 4}, {128, 32, 8}, {8, 128, 4}};
+  const Shape3 shapes[] = {{32, 64, 4, 1}, {128, 32, 8, 1}, {8, 128, 4, 1}, {32, 64, 4, 3}};
   const ParallelMode modes[] = {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
                                 ParallelMode::ulysses};
   for (const ParallelMode mode : modes) {
@@ -26,6 +26,7 @@ TEST(RunMemoryEstimate, ARanksEstimateIsAtMostItsMeasuredPeakAndWithinAFactorOfO
       spec.layer.batch = 2;
       spec.layer.hidden = s.hidden;
       spec.layer.heads = s.heads;
+      spec.layer.layers = s.layers;
       spec.layer.mode = mode;
       spec.layer.degree = mode == ParallelMode::single ? 1 : 2;
       spec.steps = 1;
@@ -39,7 +40,7 @@ TEST(RunMemoryEstimate, ARanksEstimateIsAtMostItsMeasuredPeakAndWithinAFactorOfO
       });
       const double estimate = estimate_run_memory(spec.layer, false, false, 1).per_rank_bytes;
       const std::string where = std::string(mode_name(mode)) + " s=" + std::to_string(s.seq) +
-                                " h=" + std::to_string(s.hidden);
+                                " h=" + std::to_string(s.hidden) + " L=" + std::to_string(s.layers);
       EXPECT_LE(estimate, peak) << where;
       EXPECT_GE(1.5 * estimate, peak) << where;
     }
