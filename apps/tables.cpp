@@ -42,6 +42,17 @@ void print_unmodelled_line(const CommLabel& label, const CommLine& l, std::ostre
   out << line;
 }
 
+// A sum wrapped in parentheses where a product would bind to its first term only: "sbh(15A)/t +
+// sbgd(2A)/g" -> "(sbh(15A)/t + sbgd(2A)/g)"; "(sbh(16A + 2M) + as^2b(2A + M))/t" stays.
+std::string parenthesised(const std::string& formula) {
+  int depth = 0;
+  for (std::size_t i = 0; i < formula.size(); ++i) {
+    depth += formula[i] == '(' ? 1 : formula[i] == ')' ? -1 : 0;
+    if (depth == 0 && formula[i] == '+') return "(" + formula + ")";
+  }
+  return formula;
+}
+
 bool is_modelled(const CommLine& line) {
   return line.purpose == CommPurpose::activation || line.purpose == CommPurpose::param_grad;
 }
@@ -156,7 +167,8 @@ void print_memory_table(const RankMemory& m, const LayerConfig& c, std::ostream&
   }
   const bool match = m.saved_activation_bytes == m.formula_bytes;
   const std::string total = stack ? "total, " + std::to_string(c.layers) + " layers" : "total";
-  const std::string formula = stack ? std::to_string(c.layers) + " x " + m.formula : m.formula;
+  const std::string formula =
+      stack ? std::to_string(c.layers) + " x " + parenthesised(m.formula) : m.formula;
   std::snprintf(line, sizeof line, "%-34s %-53s %12.0f %12.0f  %s\n", total.c_str(),
                 formula.c_str(), m.saved_activation_bytes, m.formula_bytes,
                 match ? "match" : "MISMATCH");
