@@ -84,8 +84,8 @@ TEST_P(LayerStacks, MatchTheSingleDeviceStackAndEachLayersModels) {
   for (const LayerConfig& layer : {spec.layer, llama_with_gqa(spec.layer)}) {
     LayerRunSpec s = spec;
     s.layer = layer;
-    const std::string what = layer.shape_text() + ", " + mode_name(mode) + " t=" +
-                             std::to_string(degree);
+    const std::string what =
+        layer.shape_text() + ", " + mode_name(mode) + " t=" + std::to_string(degree);
     const std::vector<RankRun> runs = run_all_ranks(s);
     expect_checked_and_modelled(s, runs, what);
     // Every layer saves its share: a layer run under another's index would leave one empty.
@@ -120,8 +120,9 @@ TEST(LayerStack, APlantedBugFailsTheCheckInEveryLayerByName) {
   for (const TensorCheck& t : check.tensors) {
     if (!t.passed) failed.push_back(t.name);
   }
-  EXPECT_THAT(failed, ::testing::IsSupersetOf({"layers.0.ln1.weight.grad", "layers.1.ln1.weight.grad",
-                                               "layers.0.ln2.bias.grad", "layers.1.ln2.bias.grad"}));
+  EXPECT_THAT(failed,
+              ::testing::IsSupersetOf({"layers.0.ln1.weight.grad", "layers.1.ln1.weight.grad",
+                                       "layers.0.ln2.bias.grad", "layers.1.ln2.bias.grad"}));
 }
 
 }  // namespace

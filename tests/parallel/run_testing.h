@@ -33,8 +33,8 @@ inline LayerRunSpec small_spec(ParallelMode mode, int degree, double dropout, DT
   return spec;
 }
 
-inline std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec,
-                                   testing::TestBackend backend = testing::TestBackend::cpu) {
+inline std::vector<RankRun> run_all_ranks(
+    const LayerRunSpec& spec, testing::TestBackend backend = testing::TestBackend::cpu) {
   std::vector<RankRun> runs(static_cast<std::size_t>(spec.layer.degree));
   std::mutex mutex;
   SpmdOptions options;
@@ -50,7 +50,7 @@ inline std::vector<RankRun> run_all_ranks(const LayerRunSpec& spec,
 }
 
 inline void expect_comm_matches_model(const std::vector<CommLine>& measured,
-                               const std::vector<CommLine>& model, const std::string& what) {
+                                      const std::vector<CommLine>& model, const std::string& what) {
   std::vector<CommLine> modelled;
   for (const CommLine& m : measured) {
     if (m.purpose == CommPurpose::activation || m.purpose == CommPurpose::param_grad) {
@@ -76,7 +76,7 @@ inline void expect_comm_matches_model(const std::vector<CommLine>& measured,
 // parameter's gradient and the parameter after the update; on every rank the saved activations
 // equal to the model term by term and the collectives to the communication model.
 inline void expect_checked_and_modelled(const LayerRunSpec& spec, const std::vector<RankRun>& runs,
-                                 const std::string& what) {
+                                        const std::string& what) {
   const CheckResult& check = runs[0].check;
   ASSERT_TRUE(check.ran) << what;
   EXPECT_EQ(check.steps_checked, spec.steps) << what;
