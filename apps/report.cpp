@@ -123,6 +123,7 @@ nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
     j["steps"].push_back({{"loss", s.loss}, {"time_ms", s.time_ms}});
   }
   j["memory"] = memory_json(r);
+  j["flops"] = {{"forward", r.rank0.flops.forward}, {"recomputed", r.rank0.flops.recomputed}};
   j["check"] = check_json(r.rank0.check);
   j["comm"] = comm_json(o, r);
   j["model_differences"] = r.model_differences;  // empty: memory and traffic equal the models

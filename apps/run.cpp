@@ -307,6 +307,16 @@ void print_tables(const RunOptions& options, RunResult& result, std::ostream& ou
     out << "\n";
     out.unsetf(std::ios::floatfield);
   }
+  if (options.spec.layer.recompute != Recompute::none) {
+    const StepFlops& f = result.rank0.flops;
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "recomputation (%s): rank 0's matrix products in step 0: forward %.4g GFLOP, run "
+                  "again in backward %.4g GFLOP (+%.1f%% of the forward)\n",
+                  recompute_name(options.spec.layer.recompute), f.forward / 1e9, f.recomputed / 1e9,
+                  f.forward > 0 ? 100.0 * f.recomputed / f.forward : 0.0);
+    out << line;
+  }
   if (!result.model_differences.empty()) {
     out << "MEASURED DIFFERS FROM THE MODEL:\n";
     for (const std::string& d : result.model_differences) out << "  " << d << "\n";

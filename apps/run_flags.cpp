@@ -75,6 +75,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
                "rotary position embedding of the queries and keys (rotate-half, as Llama's)");
   run.add_option("--rope-base", c.rope_base, "the rotary embedding's base (theta)")
       ->capture_default_str();
+  run.add_option("--recompute", text.recompute,
+                 "activation recomputation: none, selective (the attention core recomputed in "
+                 "backward from Q, K and V) or full (the layer recomputed from its input)")
+      ->capture_default_str();
   run.add_option("--steps", o.spec.steps, "SGD steps")->capture_default_str();
   run.add_option("--lr", o.spec.learning_rate, "SGD learning rate")->capture_default_str();
   run.add_option("--seed", c.seed, "seed of weights, data and dropout masks")
@@ -149,7 +153,8 @@ bool RunFlags::is_run_flag(const std::string& name) {
                                        "--log-every",    "--overwrite",     "--trace-events",
                                        "--norm",         "--mlp",           "--ffn",
                                        "--no-bias",      "--rope",          "--rope-base",
-                                       "--kv-heads",     "--model",         "--layers"};
+                                       "--kv-heads",     "--model",         "--layers",
+                                       "--recompute"};
   if (name == "--inject-fault") return true;
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -181,7 +186,8 @@ std::string with_flags(const ArgumentError& error) {
                                                                {"rope_base", "--rope-base"},
                                                                {"kv_heads", "--kv-heads"},
                                                                {"model", "--model"},
-                                                               {"layers", "--layers"}};
+                                                               {"layers", "--layers"},
+                                                               {"recompute", "--recompute"}};
   std::vector<std::string> flags;
   for (const std::string& field : e.fields()) {
     for (const auto& [name, flag] : kFlags) {
@@ -210,6 +216,7 @@ RunOptions RunFlags::resolve(bool timeout_set) const {
   if (no_bias) c.bias = false;
   if (rope) c.rope = true;
   if (dropout) c.dropout = *dropout;
+  c.recompute = parse_recompute(recompute);
   try {
     // random: the run's own seed picks the bug, so `--seed N` names the exercise (lab 8).
     o.spec.layer.planted_bug = plant_bug == kRandomBug

@@ -17,7 +17,8 @@ struct RunFlags {
   // --model sets the layer's kind (apply_model); --norm, --mlp, --ffn, --no-bias, --rope and
   // --dropout, when given, override it.
   std::string model = "gpt";
-  std::string norm, mlp;          // empty: the model's
+  std::string norm, mlp;  // empty: the model's
+  std::string recompute = "none";
   std::optional<double> dropout;  // unset: the model's
   bool no_bias = false;
   // Empty when not given: --comm nccl implies --backend cuda, and --backend cuda implies --comm

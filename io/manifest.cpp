@@ -204,6 +204,7 @@ json layer_config_json(const LayerConfig& c) {
           {"bias", c.bias},
           {"rope", c.rope},
           {"rope_base", c.rope_base},
+          {"recompute", recompute_name(c.recompute)},
           {"dtype", dtype_name(c.dtype)},
           {"mode", mode_name(c.mode)},
           {"degree", c.degree}};
@@ -240,6 +241,8 @@ LayerConfig layer_config_from_json(const json& j, const std::string& what) {
     if (j.contains("bias")) c.bias = j.at("bias").get<bool>();
     if (j.contains("rope")) c.rope = j.at("rope").get<bool>();
     if (j.contains("rope_base")) c.rope_base = j.at("rope_base").get<double>();
+    if (j.contains("recompute"))
+      c.recompute = parse_recompute(j.at("recompute").get<std::string>());
     if (j.contains("dtype")) c.dtype = parse_dtype_name(j.at("dtype").get<std::string>());
     if (j.contains("mode")) c.mode = parse_mode(j.at("mode").get<std::string>());
   } catch (const json::exception& e) {

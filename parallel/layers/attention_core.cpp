@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/errors.h"
 #include "autograd/ops.h"
 #include "parallel/layers/layer_decl.h"
@@ -85,9 +86,8 @@ Tensor local_position_mask(Context& ctx, const LayerConfig& config, std::int64_t
   return Tensor::from_vector(ctx, {s, s}, mask, dtype);
 }
 
-}  // namespace
-
-Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
+// The core itself: scores, softmax, dropout, probs x V.
+Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
   Context& ctx = qkv.q.ctx();
   const decl::Modules& m = decl::layer(config);
   const std::int64_t d = qkv.q.dim(3);
@@ -126,6 +126,17 @@ Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::in
   if (r == 1) return matmul(probs, qkv.v);
   const Tensor grouped = matmul(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v);
   return reshape(grouped, {b, heads, s, d});
+}
+
+}  // namespace
+
+Tensor attention_core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t first_head) {
+  if (config.recompute != Recompute::selective) return core(config, qkv, first_head);
+  // Selective recomputation: only Q, K and V are kept; backward runs the core again.
+  return checkpoint(decl::layer(config).recompute->scope, {qkv.q, qkv.k, qkv.v},
+                    [config, first_head](const std::vector<Tensor>& in) {
+                      return core(config, {in[0], in[1], in[2]}, first_head);
+                    });
 }
 
 Tensor merge_heads(const LayerConfig& config, const Tensor& context) {

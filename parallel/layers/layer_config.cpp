@@ -42,6 +42,27 @@ const char* mlp_name(Mlp mlp) {
   return mlp == Mlp::swiglu ? "swiglu" : "gelu";
 }
 
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    if (name == recompute_name(r)) return r;
+  }
+  throw ConfigError(
+      "recompute \"" + name + "\" is not a recomputation: expected none, selective or full",
+      {"recompute"});
+}
+
 Norm parse_norm(const std::string& name) {
   for (Norm n : {Norm::layernorm, Norm::rmsnorm}) {
     if (name == norm_name(n)) return n;
@@ -100,6 +121,7 @@ std::string LayerConfig::shape_text() const {
       text += base;
     }
   }
+  if (recompute != Recompute::none) text += std::string(", recompute ") + recompute_name(recompute);
   return text;
 }
 

@@ -21,11 +21,18 @@ enum class Norm : std::uint8_t { layernorm, rmsnorm };
 // (h -> 2f) makes the gate and up values interleaved in pairs, silu(gate) * up (f wide), fc2.
 enum class Mlp : std::uint8_t { gelu, swiglu };
 
-const char* norm_name(Norm norm);  // "layernorm", "rmsnorm"
-const char* mlp_name(Mlp mlp);     // "gelu", "swiglu"
-// Throw ConfigError (field "norm", "mlp") listing the accepted names.
+// Activation recomputation (Korthikanti et al. 2022): none; selective, the attention core (scores,
+// softmax, dropout, probs x V) recomputed in backward from Q, K and V, so its a s^2 b terms are
+// not kept; full, the whole layer recomputed from its input, the only tensor it keeps.
+enum class Recompute : std::uint8_t { none, selective, full };
+
+const char* norm_name(Norm norm);                 // "layernorm", "rmsnorm"
+const char* mlp_name(Mlp mlp);                    // "gelu", "swiglu"
+const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
+// Throw ConfigError (field "norm", "mlp", "recompute") listing the accepted names.
 Norm parse_norm(const std::string& name);
 Mlp parse_mlp(const std::string& name);
+Recompute parse_recompute(const std::string& name);
 
 const char* mode_name(ParallelMode mode);  // "single", "tp", "tp-sp", "ulysses"
 // Throws ConfigError (field "mode") listing the accepted names.
@@ -72,6 +79,7 @@ struct LayerConfig {
   // convention of Megatron-LM and Llama, each position p rotated by p base^(-2i/d).
   bool rope = false;
   double rope_base = 10000.0;
+  Recompute recompute = Recompute::none;
   // LayerNorm weights 1 and biases 0 (the usual start, PyTorch's), or, when set, weights
   // 1 + Normal(0, 0.1) and biases Normal(0, 0.1): a mistake in a LayerNorm's scale or shift (a
   // gradient never reduced, a parameter sliced wrong) then shows in the output too.
@@ -84,7 +92,7 @@ struct LayerConfig {
   PlantedBug planted_bug = PlantedBug::none;
 
   // "s=16 b=2 h=32 a=4", then what differs from GPT's layer: " f=96, rmsnorm, swiglu, no biases";
-  // a stack's " L=4" after the sizes.
+  // a stack's " L=4" after the sizes; ", recompute selective" last.
   std::string shape_text() const;
 
   std::int64_t head_dim() const { return hidden / heads; }

@@ -102,6 +102,38 @@ ModuleDecl mlp_activation(const LayerConfig& c) {
       "mlp.gelu", Kind::gelu, {}, {act("GeLU input", "gelu", 1, SavedSplit::columns, Width::ffn)}};
 }
 
+// What recomputation (LayerConfig::recompute) leaves saved: the recomputed modules save nothing
+// in the forward (only in backward, while they are recomputed), and a checkpoint module keeps
+// their inputs. Selective: attn.core, before attn.scores, keeps Q, K and V (the parts attn.scores
+// and attn.context would keep of them); the a s^2 b terms are gone. Full: the module "layer",
+// first, keeps the layer's input, and nothing else is kept, the norms' statistics neither.
+std::vector<ModuleDecl> recomputed(const LayerConfig& c, std::vector<ModuleDecl> modules) {
+  auto kind_of = [&](const char* scope) {
+    return std::find_if(modules.begin(), modules.end(),
+                        [&](const ModuleDecl& m) { return std::string(m.scope) == scope; });
+  };
+  if (c.recompute == Recompute::selective) {
+    for (const char* scope : {"attn.scores", "attn.softmax", "attn.dropout", "attn.context"}) {
+      kind_of(scope)->saved.clear();
+    }
+    const SavedDecl inputs = term(
+        "attention core inputs: Q, K and V", "checkpoint",
+        {a_sb(1, Width::hidden, SavedSplit::heads), a_sb(2, Width::kv_head, SavedSplit::kv_heads)});
+    modules.insert(kind_of("attn.scores"), ModuleDecl{"attn.core", Kind::recompute, {}, {inputs}});
+  } else if (c.recompute == Recompute::full) {
+    for (ModuleDecl& m : modules) {
+      m.saved.clear();
+      m.row_statistics = 0;
+    }
+    modules.insert(modules.begin(),
+                   ModuleDecl{"layer",
+                              Kind::recompute,
+                              {},
+                              {act("layer input", "checkpoint", 1, SavedSplit::block)}});
+  }
+  return modules;
+}
+
 std::vector<ModuleDecl> declare(const LayerConfig& c) {
   // Scopes name where each module's ops run; their order is the forward's. Ops of no module
   // (there are none inside the layer) would run in the layer's own scope.
@@ -170,7 +202,7 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
                                     [](const ModuleDecl& m) { return m.kind == Kind::heads; });
     modules.insert(heads + 1, ModuleDecl{"attn.rope", Kind::rope, {}, {}});
   }
-  return modules;
+  return recomputed(c, std::move(modules));
 }
 
 const ModuleDecl& find_module(const std::vector<ModuleDecl>& modules, const std::string& scope);
@@ -184,6 +216,8 @@ Modules roles_of(const std::vector<ModuleDecl>& d) {
   if (act == d.end()) throw StateError("layer declaration: no MLP activation (GeLU or SwiGLU)");
   const auto rope =
       std::find_if(d.begin(), d.end(), [](const ModuleDecl& x) { return x.kind == Kind::rope; });
+  const auto recompute = std::find_if(
+      d.begin(), d.end(), [](const ModuleDecl& x) { return x.kind == Kind::recompute; });
   return {m("ln1"),
           m("attn.qkv"),
           m("attn.heads"),
@@ -200,7 +234,8 @@ Modules roles_of(const std::vector<ModuleDecl>& d) {
           m("mlp.fc2"),
           m("mlp.dropout"),
           m("residual2"),
-          rope == d.end() ? nullptr : &*rope};
+          rope == d.end() ? nullptr : &*rope,
+          recompute == d.end() ? nullptr : &*recompute};
 }
 
 const ParamDecl* find_param(const ModuleDecl& m, const char* name) {
@@ -277,10 +312,11 @@ LayerDecl::LayerDecl(std::vector<ModuleDecl> declared)
 const LayerDecl& declaration(const LayerConfig& c) {
   // One declaration per choice of the fields that shape it; ranks (threads) share them.
   static std::mutex mutex;
-  static std::map<std::tuple<Norm, Mlp, bool, bool, bool>, std::unique_ptr<LayerDecl>> made;
+  static std::map<std::tuple<Norm, Mlp, bool, bool, bool, Recompute>, std::unique_ptr<LayerDecl>>
+      made;
   const std::lock_guard<std::mutex> lock(mutex);
   const bool grouped = c.kv_heads_count() != c.heads;
-  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope, grouped}];
+  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope, grouped, c.recompute}];
   if (!d) d = std::make_unique<LayerDecl>(declare(c));
   return *d;
 }
@@ -292,12 +328,15 @@ const ModuleDecl& module(const LayerConfig& c, const std::string& scope) {
 const std::vector<std::string>& known_scopes() {
   static const std::vector<std::string> scopes = [] {
     std::vector<std::string> out;
-    for (const Mlp mlp : {Mlp::gelu, Mlp::swiglu}) {
-      LayerConfig c;
-      c.mlp = mlp;
-      c.rope = true;
-      for (const ModuleDecl& m : modules(c)) {
-        if (std::find(out.begin(), out.end(), m.scope) == out.end()) out.emplace_back(m.scope);
+    for (const Recompute recompute : {Recompute::full, Recompute::selective}) {
+      for (const Mlp mlp : {Mlp::gelu, Mlp::swiglu}) {
+        LayerConfig c;
+        c.mlp = mlp;
+        c.rope = true;
+        c.recompute = recompute;
+        for (const ModuleDecl& m : modules(c)) {
+          if (std::find(out.begin(), out.end(), m.scope) == out.end()) out.emplace_back(m.scope);
+        }
       }
     }
     out.emplace_back(kLossScope);

@@ -82,6 +82,8 @@ enum class Kind : std::uint8_t {
   gelu,
   swiglu,  // silu(gate) * up of fc1's interleaved gate and up columns
   residual,
+  recompute,  // a checkpoint (LayerConfig::recompute): keeps the inputs of what backward
+              // recomputes (attn.core: Q, K and V; layer: the layer's input)
 };
 bool is_norm(Kind kind);  // layernorm or rmsnorm
 
@@ -132,11 +134,13 @@ struct ModuleDecl {
 
 // The declared modules by role, for the code that runs them: each refers into the declaration's
 // modules. `act` is the MLP's activation: GeLU, or SwiGLU; `rope` is null without rotary
-// embeddings.
+// embeddings; `recompute` the checkpoint module (attn.core or layer), null without
+// recomputation.
 struct Modules {
   const ModuleDecl &ln1, &qkv, &heads, &scores, &softmax, &attn_dropout, &context, &proj,
       &out_dropout, &residual1, &ln2, &fc1, &act, &fc2, &mlp_dropout, &residual2;
   const ModuleDecl* rope;
+  const ModuleDecl* recompute;
 };
 
 // The declaration of one layer's structure: what the configuration's norm, mlp, bias and rope
@@ -150,7 +154,8 @@ struct LayerDecl {
   Modules roles;
 };
 
-// The declaration for `c` (made once per choice of norm, mlp, bias and rope; thread-safe).
+// The declaration for `c` (made once per choice of norm, mlp, bias, rope, grouped key/value heads
+// and recomputation; thread-safe).
 const LayerDecl& declaration(const LayerConfig& c);
 inline const std::vector<ModuleDecl>& modules(const LayerConfig& c) {
   return declaration(c).modules;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/backend.h"
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 #include "parallel/layers/attention_core.h"
 #include "parallel/layers/collective_ops.h"
@@ -286,6 +287,20 @@ ParallelTensor ParallelTransformerLayer::forward(const ParallelTensor& x) const 
   }
   expect_placement(ctx.where("transformer_layer"), x, activation_placement());
   LayerGuard layer(ctx, config_.layer);
+  if (config_.recompute != Recompute::full) return body(x);
+  // Full recomputation: only the layer's input (this rank's part of it) is kept; backward runs the
+  // layer again, its collectives too.
+  const Placement placement = x.placement;
+  const Shape global = x.global;
+  const Tensor y = checkpoint(decl::layer(config_).recompute->scope, {x.local},
+                              [this, placement, global](const std::vector<Tensor>& in) {
+                                return body({in[0], placement, global}).local;
+                              });
+  return {y, x.placement, x.global};
+}
+
+ParallelTensor ParallelTransformerLayer::body(const ParallelTensor& x) const {
+  Context& ctx = x.local.ctx();
   const decl::Modules& m = decl::layer(config_);
   ParallelTensor ln1{Tensor(), x.placement, x.global};
   {

@@ -59,6 +59,7 @@ class ParallelTransformerLayer {
   LocalWeights local_weights(const decl::ModuleDecl& module) const;
   // x W + b of a module whose weights are whole on this rank (Ulysses).
   Tensor linear(const decl::ModuleDecl& module, const Tensor& x) const;
+  ParallelTensor body(const ParallelTensor& x) const;  // the modules, without full recomputation
   ParallelTensor attention(const ParallelTensor& x) const;
   ParallelTensor attention_ulysses(const ParallelTensor& x) const;
   ParallelTensor mlp(const ParallelTensor& x) const;

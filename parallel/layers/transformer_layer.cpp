@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/errors.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/ops.h"
@@ -236,6 +237,14 @@ Tensor TransformerLayer::forward(const Tensor& x) const {
                         std::to_string(weights_.ln1_weight.ctx().rank()) + "'s");
   }
   LayerGuard layer(ctx, config_.layer);
+  if (config_.recompute != Recompute::full) return body(x);
+  // Full recomputation: only the layer's input is kept; backward runs the layer again.
+  return checkpoint(decl::layer(config_).recompute->scope, {x},
+                    [this](const std::vector<Tensor>& in) { return body(in[0]); });
+}
+
+Tensor TransformerLayer::body(const Tensor& x) const {
+  Context& ctx = x.ctx();
   const decl::Modules& m = decl::layer(config_);
   const Tensor ln1 = norm(m.ln1, x);
   const Tensor attn_out = attention(ln1);

@@ -74,7 +74,9 @@ class TransformerLayer {
   std::vector<Tensor> parameters() const { return weights_.parameters(); }
 
  private:
+  Tensor body(const Tensor& x) const;  // the layer's modules, without a full recomputation
   Tensor attention(const Tensor& x) const;
+
   Tensor mlp(const Tensor& x) const;
   // A declared linear or norm module on x, with the weights it declares (decl::weights, biases).
   Tensor linear(const decl::ModuleDecl& module, const Tensor& x) const;

@@ -83,6 +83,16 @@ std::vector<CommLine> layer_comm(const LayerConfig& c, bool keep_gathered_input)
     case ParallelMode::single:
       break;
   }
+  // Full recomputation runs the layer's forward again in backward: its collectives twice (logged
+  // in phase forward, as the recomputation runs).
+  if (c.recompute == Recompute::full) {
+    for (CommLine& l : out) {
+      if (l.phase == fwd) {
+        l.count *= 2;
+        l.bytes_sent *= 2;
+      }
+    }
+  }
   // One all-reduce per parameter whose gradient is a partial sum over sequence shards, in the
   // declared order.
   for (const decl::Param& p : decl::parameters(c)) {

@@ -33,6 +33,8 @@ double ring_bytes_sent(CollectiveKind kind, double full_bytes, int t);
 //            values of max(g, t) heads under GQA); then every parameter gradient all-reduced
 // The counts come from the declaration (layer_decl.h): a collective per column- or row-parallel
 // linear, an all-reduce per parameter whose gradient is a partial sum (decl::partial_grad).
+// Full recomputation (LayerConfig::recompute) doubles the forward lines: backward runs the
+// layer's forward again (selective recomputation has no collective in what it recomputes).
 // A stack of L layers has each layer's lines, under its index.
 std::vector<CommLine> comm_model(const LayerConfig& config, bool keep_gathered_input);
 

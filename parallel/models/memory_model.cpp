@@ -86,12 +86,15 @@ std::string size_text(const char* size, const Coefficients& k) {
 
 // The closed form of the terms' sum: "sbh(16A + 2M) + as^2b(2A + M)",
 // "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t", and "(sbh(16A + 2M) + as^2b(2A + M))/t" when every
-// part is split over t.
+// part of two sizes or more is split over t.
 std::string closed_form(const Sizes& sizes) {
   bool all_t = true;
+  int used = 0;
   for (const Coefficients& k : sizes) {
     all_t = all_t && k.a[0] == 0 && k.m[0] == 0 && k.a[2] == 0 && k.m[2] == 0;
+    used += k.empty() ? 0 : 1;
   }
+  if (used == 1) all_t = false;  // one size: "sbh(16A + 2M)/t" as it stands
   std::string out;
   for (int i = 0; i < kSizeCount; ++i) {
     if (sizes[i].empty()) continue;

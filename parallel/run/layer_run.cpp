@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "autograd/backend.h"
+#include "autograd/flop_counter.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
@@ -401,7 +402,9 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
 
   MemoryLedger ledger;
   CommLog comm;
-  ObserverGuard attach_ledger(env.ctx, ledger), attach_comm(env.ctx, comm);
+  GemmFlops flops;
+  ObserverGuard attach_ledger(env.ctx, ledger), attach_comm(env.ctx, comm),
+      attach_flops(env.ctx, flops);
   LayerHandle layer = make_layer(env, spec, full);
   const Placement placement = layer.placement();
   ParallelTensor x =
@@ -530,7 +533,10 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start - checking;
     run.steps.push_back({loss, elapsed.count(), ledger.live_total()});
-    if (step == 0) run.comm = comm.lines();
+    if (step == 0) {
+      run.comm = comm.lines();
+      run.flops = {flops.forward(), flops.recomputed()};
+    }
   }
   run.memory.peak_bytes = static_cast<double>(ledger.peak_total());
   run.group_memory = gather_memory_totals(env, run.memory);

@@ -156,9 +156,16 @@ struct CheckResult {
 // loss is NaN or Inf (on every rank: the loss is the group's).
 constexpr const char* kNonFiniteLoss = "the loss is not finite";
 
+// The matrix products' FLOPs of one step on one rank (GemmFlops, autograd/flop_counter.h).
+struct StepFlops {
+  double forward = 0;
+  double recomputed = 0;  // forward products run again in backward (LayerConfig::recompute)
+};
+
 struct RankRun {
   int rank = 0;
   std::vector<StepRecord> steps;
+  StepFlops flops;  // step 0's
   RankMemory memory;
   std::vector<RankMemory> group_memory;  // every rank's totals (no terms), gathered at the end
   std::vector<CommLine> comm;            // step 0, every purpose

@@ -71,6 +71,28 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
   EXPECT_THAT(none.output, HasSubstr("layers must be in [1, 65536], given 0 (set by --layers)"));
 }
 
+// Recomputation: the run says what it keeps, as the paper's formulas (Korthikanti et al. 2022).
+TEST(Cli, RecomputationKeepsWhatThePaperSays) {
+  const Result selective = run_cli(
+      "run --mode tp-sp --degree 2 --recompute selective --seq 8 --batch 2 --hidden 32 --heads 4 "
+      "--steps 2");
+  ASSERT_EQ(selective.exit_code, 0) << selective.output;
+  EXPECT_THAT(selective.output, HasSubstr("a=4, recompute selective"));
+  EXPECT_THAT(selective.output, HasSubstr("attn.core/checkpoint"));
+  EXPECT_THAT(selective.output,
+              ::testing::ContainsRegex("total +sbh\\(16A \\+ 2M\\)/t +[0-9]+ +[0-9]+  match"));
+  EXPECT_THAT(selective.output, HasSubstr("check passed"));
+  const Result full = run_cli(
+      "run --mode tp --degree 2 --recompute full --seq 8 --batch 2 --hidden 32 --heads 4 --steps "
+      "1");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_THAT(full.output, ::testing::ContainsRegex("total +sbh\\(A\\) +[0-9]+ +[0-9]+  match"));
+  EXPECT_THAT(full.output, Not(HasSubstr("DIFFERS")));
+  const Result bad = run_cli("run --recompute partial");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("expected none, selective or full (set by --recompute)"));
+}
+
 TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
   const Result r = run_cli(
       "run --mode tp-sp --degree 2 --norm rmsnorm --mlp swiglu --no-bias --ffn 96 --seq 8 "

@@ -94,6 +94,8 @@ KindRun run_of(decl::Kind kind) {
       return {"swiglu", 25, 30, {kNone, kNone}, {kNone, kNone}, 0, 0};
     case decl::Kind::residual:
       return {"add", 4, 4, {kNone, kNone}, {kNone, kNone}, 0, 0};
+    case decl::Kind::recompute:  // keeps its inputs; its backward recomputes (not drawn here)
+      return {"checkpoint", 1, 1, {kNone, kNone}, {kNone, kNone}, 0, 0};
   }
   return {"?", 1, 1, {kNone, kNone}, {kNone, kNone}, 0, 0};
 }
