@@ -78,7 +78,8 @@ TEST(Checkpoint, TheForwardKeepsOnlyTheInputs) {
 struct ForwardOps : Observer {
   std::vector<std::string> seen;
   void on_op_begin(const OpEvent& e) override {
-    if (e.site.phase == Phase::forward) seen.push_back(std::string(e.site.scope) + "/" + std::string(e.site.op));
+    if (e.site.phase == Phase::forward)
+      seen.push_back(std::string(e.site.scope) + "/" + std::string(e.site.op));
   }
 };
 
@@ -88,7 +89,8 @@ TEST(Checkpoint, BackwardRecomputesTheOpsInPhaseForwardInTheirScopes) {
   Tensor w = Tensor::parameter(Tensor::randn(ctx, Shape{8, 8}, 2, 0.5, DType::f64), "w");
   ForwardOps ops;
   ObserverGuard attach(ctx, ops);
-  Tensor y = checkpoint("ckpt", {x}, [&w](const std::vector<Tensor>& in) { return block(in[0], w); });
+  Tensor y =
+      checkpoint("ckpt", {x}, [&w](const std::vector<Tensor>& in) { return block(in[0], w); });
   const std::vector<std::string> forward = ops.seen;
   EXPECT_THAT(forward, ::testing::ElementsAre("block/matmul", "block/gelu", "block/dropout",
                                               "block/mul", "ckpt/checkpoint"));
@@ -101,8 +103,8 @@ TEST(Checkpoint, BackwardRecomputesTheOpsInPhaseForwardInTheirScopes) {
   y.backward();
   // The recomputation: the function's ops again, in phase forward, in their own scopes (not nested
   // in the checkpoint's).
-  EXPECT_THAT(ops.seen, ::testing::ElementsAre("block/matmul", "block/gelu", "block/dropout",
-                                               "block/mul"));
+  EXPECT_THAT(ops.seen,
+              ::testing::ElementsAre("block/matmul", "block/gelu", "block/dropout", "block/mul"));
   EXPECT_EQ(ctx.phase(), Phase::forward);
   EXPECT_TRUE(ctx.grad_enabled());
   EXPECT_EQ(ctx.scope(), "");

@@ -36,8 +36,8 @@ TEST_P(Recomputation, MatchesTheSingleDeviceLayerAndTheModels) {
     LayerRunSpec s = spec;
     s.layer = layer;
     const std::int64_t g = layer.kv_heads_count();
-    const std::string what = layer.shape_text() + ", " + mode_name(mode) + " t=" +
-                             std::to_string(degree);
+    const std::string what =
+        layer.shape_text() + ", " + mode_name(mode) + " t=" + std::to_string(degree);
     if (g % degree != 0 && degree % g != 0) {
       EXPECT_THROW(s.layer.validate(), ConfigError) << what;
       continue;
@@ -86,8 +86,8 @@ RunValues values_of(LayerRunSpec spec) {
 // The recomputed forward makes the same values (the dropout masks come from the step's streams),
 // and backward runs the same ops on them: every output, gradient and loss is bitwise the same.
 TEST(Recomputation, GivesBitwiseTheRunWithoutIt) {
-  for (const ParallelMode mode : {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp,
-                                  ParallelMode::ulysses}) {
+  for (const ParallelMode mode :
+       {ParallelMode::single, ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
     const int degree = mode == ParallelMode::single ? 1 : 2;
     LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
     spec.steps = 3;
