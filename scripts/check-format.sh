@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Fails when a tracked C++ file differs from clang-format's output (.clang-format at the root).
+# Fails when a C++ file of the tree (tracked, or new and not ignored) differs from clang-format's
 # With --fix, rewrites the files instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.h' '*.hpp' '*.cpp' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.hpp' '*.cpp' '*.cu' '*.cuh')
 if [ "${1:-}" = "--fix" ]; then
   clang-format -i "${files[@]}"
   exit 0
