@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a C++ file of the tree (tracked, or new and not ignored) differs from clang-format's
+# Fails when a C++ file of the tree (tracked, or new and not ignored) differs from the output of
+# clang-format (.clang-format at the root).
 # With --fix, rewrites the files instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
