@@ -16,34 +16,15 @@ namespace {
 // its own), and the checkpoint's layer; restored on exit, also when fn throws.
 class RecomputeState {
  public:
-  RecomputeState(Context& ctx, int layer)
-      : ctx_(ctx),
-        phase_(ctx.phase()),
-        grad_(ctx.grad_enabled()),
-        layer_(ctx.layer()),
-        op_(ctx.current_op()),
-        scope_(ctx.exchange_scope("")) {
+  RecomputeState(Context& ctx, int layer) : saved_(ctx) {
+    ctx.exchange_scope("");
     ctx.set_phase(Phase::forward);
     ctx.set_grad_enabled(true);
     ctx.set_layer(layer);
   }
-  ~RecomputeState() {
-    ctx_.set_phase(phase_);
-    ctx_.set_grad_enabled(grad_);
-    ctx_.set_layer(layer_);
-    ctx_.set_current_op(op_);
-    ctx_.exchange_scope(scope_);
-  }
-  RecomputeState(const RecomputeState&) = delete;
-  RecomputeState& operator=(const RecomputeState&) = delete;
 
  private:
-  Context& ctx_;
-  Phase phase_;
-  bool grad_;
-  int layer_;
-  std::string op_;
-  std::string scope_;
+  EngineStateGuard saved_;
 };
 
 void check_output(const Tensor& out, Context& ctx, const std::string& where) {

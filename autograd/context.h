@@ -100,8 +100,8 @@ struct NonFiniteCount {
   double first_value = 0;
   bool any() const { return first >= 0; }
 };
-// Scans an f32 or f64 tensor on any device (through copy_to_host off the CPU); integer and
-// undefined tensors count nothing.
+// Scans a floating tensor (f32, f64, bf16, f16) on any device (through copy_to_host off the CPU);
+// integer and undefined tensors count nothing.
 NonFiniteCount count_non_finite(const Tensor& t);
 // Throws NumericalError when `t` holds NaN or Inf: "<where>: <what> f32[2, 3] is not finite at
 // step 4: 2 of 6 elements (1 NaN, 1 Inf), the first at [0, 1] = inf" followed by `hint` when not
@@ -150,6 +150,37 @@ class LayerGuard {
  private:
   Context& ctx_;
   int previous_;
+};
+
+// Keeps where the engine is (phase, gradient mode, layer, current op and scope) and puts it back on
+// exit, also when an exception leaves: for the work that sets them all for itself, a backward and
+// a recomputation inside one.
+class EngineStateGuard {
+ public:
+  explicit EngineStateGuard(Context& ctx)
+      : ctx_(ctx),
+        phase_(ctx.phase()),
+        grad_(ctx.grad_enabled()),
+        layer_(ctx.layer()),
+        op_(ctx.current_op()),
+        scope_(ctx.scope()) {}
+  ~EngineStateGuard() {
+    ctx_.set_phase(phase_);
+    ctx_.set_grad_enabled(grad_);
+    ctx_.set_layer(layer_);
+    ctx_.set_current_op(op_);
+    ctx_.exchange_scope(scope_);
+  }
+  EngineStateGuard(const EngineStateGuard&) = delete;
+  EngineStateGuard& operator=(const EngineStateGuard&) = delete;
+
+ private:
+  Context& ctx_;
+  Phase phase_;
+  bool grad_;
+  int layer_;
+  std::string op_;
+  std::string scope_;
 };
 
 // Names the work done outside any op (a collective a layer issues itself, a check) as the op

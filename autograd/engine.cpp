@@ -15,22 +15,10 @@ namespace {
 // Sets the context to backward, no-grad, and the running node's scope/layer; restores on exit.
 class BackwardState {
  public:
-  explicit BackwardState(Context& ctx)
-      : ctx_(ctx),
-        phase_(ctx.phase()),
-        grad_(ctx.grad_enabled()),
-        layer_(ctx.layer()),
-        op_(ctx.current_op()),
-        scope_(ctx.exchange_scope("")) {
+  explicit BackwardState(Context& ctx) : ctx_(ctx), saved_(ctx) {
+    ctx.exchange_scope("");
     ctx.set_phase(Phase::backward);
     ctx.set_grad_enabled(false);
-  }
-  ~BackwardState() {
-    ctx_.set_phase(phase_);
-    ctx_.set_grad_enabled(grad_);
-    ctx_.set_layer(layer_);
-    ctx_.set_current_op(op_);
-    ctx_.exchange_scope(scope_);
   }
   BackwardState(const BackwardState&) = delete;
   BackwardState& operator=(const BackwardState&) = delete;
@@ -43,11 +31,7 @@ class BackwardState {
 
  private:
   Context& ctx_;
-  Phase phase_;
-  bool grad_;
-  int layer_;
-  std::string op_;
-  std::string scope_;
+  EngineStateGuard saved_;
 };
 
 // The numerical guard on a sum: `n`'s gradient of input `i`, finite, added to `onto`.
