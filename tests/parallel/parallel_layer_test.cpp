@@ -181,6 +181,63 @@ INSTANTIATE_TEST_SUITE_P(AllModes, LayerOptions,
                                             ::testing::Values(1, 2, 3, 4), testing::all_backends()),
                          option_case_name);
 
+// The options' memory and communication models on shapes where s is odd or differs from a and
+// from h, in f32 and f64, at every degree 1 to 4 a shape allows (odd s: tp only), with either
+// recomputation too: saved activations equal to the formula term by term, to the byte.
+TEST(LayerOptionsOnOtherShapes, SavedBytesAndCollectivesEqualTheModels) {
+  struct Shape4 {
+    std::int64_t s, b, h, a;
+  };
+  int runs = 0;
+  for (const Shape4 shape : {Shape4{7, 3, 48, 12}, Shape4{20, 1, 24, 4}}) {
+    LayerConfig base = small_spec(ParallelMode::tp, 1, 0.1, DType::f32).layer;
+    base.seq = shape.s;
+    base.batch = shape.b;
+    base.hidden = shape.h;
+    base.heads = shape.a;
+    std::vector<std::pair<std::string, LayerConfig>> options = layer_options(base);
+    for (const Recompute r : {Recompute::selective, Recompute::full}) {
+      options.emplace_back(std::string("llama, recompute ") + recompute_name(r), options[0].second);
+      options.back().second.recompute = r;
+    }
+    for (auto& [name, layer] : options) {
+      if (layer.ffn > 0) layer.ffn = 12;  // divisible by every degree
+      for (const ParallelMode mode :
+           {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+        for (const int degree : {1, 2, 3, 4}) {
+          for (const DType dtype : {DType::f32, DType::f64}) {
+            LayerRunSpec spec;
+            spec.layer = layer;
+            spec.layer.mode = mode;
+            spec.layer.degree = degree;
+            spec.layer.dtype = dtype;
+            spec.steps = 1;
+            spec.check = false;
+            try {
+              spec.layer.validate();
+            } catch (const ConfigError&) {
+              continue;  // this shape cannot run at this degree (refusal tested elsewhere)
+            }
+            const std::string what = name + ", " + spec.layer.shape_text() + ", " +
+                                     mode_name(mode) + " t=" + std::to_string(degree) + " " +
+                                     dtype_name(dtype);
+            ++runs;
+            for (const RankRun& run : run_all_ranks(spec)) {
+              EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
+              EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
+              for (const MeasuredTerm& term : run.memory.terms) {
+                EXPECT_EQ(term.measured_bytes, term.model_bytes) << what << ": " << term.what;
+              }
+              expect_comm_matches_model(run.comm, comm_model(spec.layer, false), what);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(runs, 200);  // most of the grid runs: the odd s in tp, the other shape everywhere
+}
+
 // random_norms starts the LayerNorms away from weight 1 and bias 0 (so their scale and shift act
 // on the output), and the parallel layer still matches the single-device one built the same way.
 TEST(ParallelLayer, RandomNormsStartAwayFromOneAndZeroAndStillMatch) {
