@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "autograd/errors.h"
 #include "autograd/gemm.h"
 #include "autograd/tensor.h"
 
@@ -69,7 +71,8 @@ class Backend {
   virtual void sum_to_suffix(const Tensor& x, Tensor& out) = 0;
   virtual void sum_all(const Tensor& x, Tensor& out) = 0;  // out has one element
 
-  // Row-wise ops over the last dim.
+  // Row-wise ops over the last dim. mean and rstd [rows] are of statistics_dtype(x's dtype): f32
+  // for bf16 / f16 rows (check_statistics_dtype).
   virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  double eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
@@ -91,6 +94,16 @@ class Backend {
   virtual void cross_entropy_backward(const Tensor& probs, const std::int64_t* targets,
                                       double scale, Tensor& dlogits) = 0;
 };
+
+// Throws DTypeError unless a norm's statistics tensor (mean or rstd) has statistics_dtype of the
+// rows' dtype: a backend writes them as that type.
+inline void check_statistics_dtype(const Tensor& x, const Tensor& statistic, const char* kernel) {
+  if (statistic.dtype() != statistics_dtype(x.dtype())) {
+    throw DTypeError(std::string(kernel) + ": the row statistics of " + dtype_name(x.dtype()) +
+                     " rows must be " + dtype_name(statistics_dtype(x.dtype())) + ", given " +
+                     statistic.describe());
+  }
+}
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.
 std::unique_ptr<Backend> make_backend(Device device);

@@ -8,6 +8,7 @@
 
 #include "autograd/backend.h"
 #include "autograd/errors.h"
+#include "autograd/kernels/half.h"
 #include "autograd/storage.h"
 #include "autograd/tensor.h"
 
@@ -135,7 +136,8 @@ std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory cat
 namespace {
 
 // True when any element's exponent bits are all ones (NaN or Inf): integer work only, so the
-// common all-finite case is one vectorisable pass. Bits is uint32_t for f32, uint64_t for f64.
+// common all-finite case is one vectorisable pass. Bits is uint32_t for f32, uint64_t for f64,
+// uint16_t for bf16 and f16.
 template <class Bits>
 bool any_non_finite_bits(const unsigned char* bytes, std::size_t n, Bits exponent) {
   Bits bad = 0;
@@ -150,8 +152,9 @@ bool any_non_finite_bits(const unsigned char* bytes, std::size_t n, Bits exponen
 template <class Value>
 void count_values(const unsigned char* bytes, std::size_t n, NonFiniteCount& count) {
   for (std::size_t i = 0; i < n; ++i) {
-    Value v;
-    std::memcpy(&v, bytes + i * sizeof(Value), sizeof(Value));
+    Value stored;
+    std::memcpy(&stored, bytes + i * sizeof(Value), sizeof(Value));
+    const double v = static_cast<double>(stored);  // exact for every floating dtype
     if (std::isfinite(v)) continue;
     if (std::isnan(v)) {
       ++count.nan;
@@ -160,7 +163,7 @@ void count_values(const unsigned char* bytes, std::size_t n, NonFiniteCount& cou
     }
     if (count.first < 0) {
       count.first = static_cast<std::int64_t>(i);
-      count.first_value = static_cast<double>(v);
+      count.first_value = v;
     }
   }
 }
@@ -192,6 +195,14 @@ NonFiniteCount count_non_finite(const Tensor& t) {
   if (t.dtype() == DType::f32) {
     if (any_non_finite_bits<std::uint32_t>(bytes, n, 0x7f800000u)) {
       count_values<float>(bytes, n, count);
+    }
+  } else if (t.dtype() == DType::bf16) {
+    if (any_non_finite_bits<std::uint16_t>(bytes, n, std::uint16_t{0x7f80})) {
+      count_values<kernels::BFloat16>(bytes, n, count);
+    }
+  } else if (t.dtype() == DType::f16) {
+    if (any_non_finite_bits<std::uint16_t>(bytes, n, std::uint16_t{0x7c00})) {
+      count_values<kernels::Float16>(bytes, n, count);
     }
   } else if (any_non_finite_bits<std::uint64_t>(bytes, n, 0x7ff0000000000000ull)) {
     count_values<double>(bytes, n, count);

@@ -1,4 +1,5 @@
-// DType and Device: what a tensor's elements are and where its storage lives.
+// DType and Device: what a tensor's elements are and where its storage lives. bf16 and f16 are
+// the 2-byte floating types (autograd/kernels/half.h): stored in 2 bytes, computed in f32.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +8,7 @@
 
 namespace shardscope {
 
-enum class DType : std::uint8_t { f32, f64, u8 };
+enum class DType : std::uint8_t { f32, f64, u8, bf16, f16 };
 
 inline std::size_t dtype_size(DType dtype) {
   switch (dtype) {
@@ -17,6 +18,9 @@ inline std::size_t dtype_size(DType dtype) {
       return 8;
     case DType::u8:
       return 1;
+    case DType::bf16:
+    case DType::f16:
+      return 2;
   }
   return 0;
 }
@@ -29,12 +33,38 @@ inline const char* dtype_name(DType dtype) {
       return "f64";
     case DType::u8:
       return "u8";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
   }
   return "?";
 }
 
 inline bool is_floating(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64;
+  switch (dtype) {
+    case DType::f32:
+    case DType::f64:
+    case DType::bf16:
+    case DType::f16:
+      return true;
+    case DType::u8:
+      break;
+  }
+  return false;
+}
+
+// bf16 or f16: 2-byte storage whose kernels compute (and accumulate) in f32 or wider.
+inline bool is_half(DType dtype) {
+  return dtype == DType::bf16 || dtype == DType::f16;
+}
+
+// The dtype of the row statistics a norm keeps for backward (LayerNorm's mean and rstd, RMSNorm's
+// rstd) over rows of `dtype`: f32 for the 2-byte types, as GPU frameworks keep them (they are
+// computed in f32 or wider and a bf16 rstd would cost every dx a relative error of 2^-8), the
+// dtype itself otherwise.
+inline DType statistics_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
 }
 
 // cpu: the tuned CPU backend; cuda: a GPU; reference: the plain loops of autograd/reference/,

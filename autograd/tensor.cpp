@@ -7,6 +7,7 @@
 #include "autograd/backend.h"
 #include "autograd/engine.h"
 #include "autograd/errors.h"
+#include "autograd/kernels/half.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/node.h"
 
@@ -31,7 +32,7 @@ void check_shape(const Shape& shape, DType dtype) {
   }
 }
 
-// Host buffer of `dtype` elements converted from doubles.
+// Host buffer of `dtype` elements converted from doubles, each rounded once to the dtype.
 std::vector<unsigned char> to_host_bytes(const std::vector<double>& values, DType dtype) {
   std::vector<unsigned char> bytes(values.size() * dtype_size(dtype));
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -47,6 +48,16 @@ std::vector<unsigned char> to_host_bytes(const std::vector<double>& values, DTyp
       case DType::u8:
         bytes[i] = static_cast<unsigned char>(values[i]);
         break;
+      case DType::bf16: {
+        const std::uint16_t v = kernels::bf16_bits_from(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &v, 2);
+        break;
+      }
+      case DType::f16: {
+        const std::uint16_t v = kernels::f16_bits_from(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &v, 2);
+        break;
+      }
     }
   }
   return bytes;
@@ -216,6 +227,14 @@ std::vector<double> Tensor::to_vector() const {
       case DType::u8:
         out[i] = host[i];
         break;
+      case DType::bf16:
+      case DType::f16: {
+        std::uint16_t v;
+        std::memcpy(&v, host.data() + 2 * i, 2);
+        out[i] = t.dtype == DType::bf16 ? kernels::float_from_bf16_bits(v)
+                                        : kernels::float_from_f16_bits(v);
+        break;
+      }
     }
   }
   return out;

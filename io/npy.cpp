@@ -67,11 +67,11 @@ DType parse_descr(const std::string& descr, const std::string& what) {
   if (descr == "<f4") return DType::f32;
   if (descr == "<f8") return DType::f64;
   if (descr == "|u1" || descr == "<u1") return DType::u8;
+  if (descr == "<f2") return DType::f16;
   std::string hint;
   if (!descr.empty() && descr[0] == '>') hint = " (big-endian: convert with arr.astype('<...'))";
-  if (descr == "<f2") hint = " (float16: convert with arr.astype('<f4'))";
   fail(what, "unsupported dtype descr " + quoted(descr) + hint +
-                 "; shardscope reads '<f4' (f32), '<f8' (f64) and '|u1' (u8)");
+                 "; shardscope reads '<f4' (f32), '<f8' (f64), '<f2' (f16) and '|u1' (u8)");
 }
 
 // A minimal reader of the Python literal NumPy writes: {'descr': str, 'fortran_order': bool,
@@ -230,6 +230,10 @@ const char* npy_descr(DType dtype) {
       return "<f8";
     case DType::u8:
       return "|u1";
+    case DType::f16:
+      return "<f2";
+    case DType::bf16:
+      break;  // NumPy has no bfloat16 (encode_npy refuses it)
   }
   return "?";
 }
@@ -243,6 +247,10 @@ std::string npy_header_dict(DType dtype, const Shape& shape) {
 }
 
 std::string encode_npy(const Tensor& tensor) {
+  if (tensor.dtype() == DType::bf16) {
+    throw NpyError("cannot write " + tensor.describe() +
+                   " as .npy: NumPy has no bfloat16 dtype; widen it to f32 (exact) first");
+  }
   std::string header = npy_header_dict(tensor.dtype(), tensor.shape());
   if (tensor.rank() > 0) {
     header.append(kGrowthDigits - std::to_string(tensor.shape()[0]).size(), ' ');

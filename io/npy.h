@@ -1,5 +1,6 @@
 // NumPy .npy files (format versions 1.0 and 2.0): write a Tensor as NumPy's np.save would, read one
-// back into a Context. Supported dtypes: '<f4' (f32), '<f8' (f64) and '|u1' (u8), C order only.
+// back into a Context. Supported dtypes: '<f4' (f32), '<f8' (f64), '<f2' (f16) and '|u1' (u8), C
+// order only; bf16, which NumPy lacks, is refused (widen it to f32, exactly, first).
 // The header is padded with spaces to a '\n' so the data starts at a multiple of 64 bytes, with
 // the spare room NumPy leaves for growing the first dim, so our files are byte for byte NumPy's.
 // Bad files (wrong magic, truncated header or data, a malformed header dict, an unsupported dtype,
@@ -28,7 +29,7 @@ struct NpyHeader {
 // The header dict NumPy writes for a C-order array, without padding:
 // "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".
 std::string npy_header_dict(DType dtype, const Shape& shape);
-// The numpy descr of a dtype: "<f4", "<f8" or "|u1".
+// The numpy descr of a dtype: "<f4", "<f8", "<f2" or "|u1" ("?" for bf16).
 const char* npy_descr(DType dtype);
 
 // The whole file as bytes (version 1.0). Reads the tensor's values from its device.

@@ -14,6 +14,7 @@
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "autograd/kernels/gelu.h"
+#include "autograd/kernels/half.h"
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/kernels/rope.h"
@@ -45,6 +46,7 @@ void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t coun
       std::memcpy(o + j, in + j * step * sizeof(T), sizeof(T));
   };
   if (es == 4) return copy_as(std::uint32_t{});
+  if (es == 2) return copy_as(std::uint16_t{});
   if (es == 8) return copy_as(std::uint64_t{});
   if (es == 1) return copy_as(std::uint8_t{});
   for (std::int64_t j = 0; j < count; ++j) {
@@ -120,7 +122,60 @@ void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+namespace {
+
+// How many elements from its start a GEMM operand spans: `batch` entries `stride` apart, each
+// rows x cols with leading dim ld (the rows as stored, transposed or not).
+std::int64_t operand_extent(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                            std::int64_t batch, std::int64_t stride) {
+  if (rows == 0 || cols == 0 || batch == 0) return 0;
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+}  // namespace
+
+// bf16 / f16: the operands (and C when beta reads it) widened to f32 buffers of the same layout,
+// the f32 product (sgemm: f32 multiply-adds and accumulation, as a GPU's tensor cores do for 2-byte
+// inputs), then each element of C rounded to T once. The f32 buffers are host temporaries, like
+// OpenBLAS's packing buffers, and not counted by the ledger.
+template <class T>
+void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* b, void* c) {
+  auto widen = [&](const void* from, std::int64_t n) {
+    std::vector<float> out(static_cast<std::size_t>(n));
+    const T* in = static_cast<const T*>(from);
+    threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) out[static_cast<std::size_t>(i)] = in[i];
+    });
+    return out;
+  };
+  const std::vector<float> fa =
+      widen(a, d.trans_a ? operand_extent(d.k, d.m, d.lda, d.batch, d.stride_a)
+                         : operand_extent(d.m, d.k, d.lda, d.batch, d.stride_a));
+  const std::vector<float> fb =
+      widen(b, d.trans_b ? operand_extent(d.n, d.k, d.ldb, d.batch, d.stride_b)
+                         : operand_extent(d.k, d.n, d.ldb, d.batch, d.stride_b));
+  const std::int64_t nc = operand_extent(d.m, d.n, d.ldc, d.batch, d.stride_c);
+  std::vector<float> fc =
+      d.beta == 0.0 ? std::vector<float>(static_cast<std::size_t>(nc)) : widen(c, nc);
+  gemm(d, DType::f32, fa.data(), fb.data(), fc.data());
+  T* out = static_cast<T*>(c);
+  for (std::int64_t e = 0; e < d.batch; ++e) {
+    threads_.parallel_for(
+        d.m, std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n, 1), 1),
+        [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t i = begin; i < end; ++i) {
+            const std::int64_t row = e * d.stride_c + i * d.ldc;
+            for (std::int64_t j = 0; j < d.n; ++j) {
+              out[row + j] = static_cast<T>(fc[static_cast<std::size_t>(row + j)]);
+            }
+          }
+        });
+  }
+}
+
 void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) {
+  if (dtype == DType::bf16) return gemm_through_f32<kernels::BFloat16>(desc, a, b, c);
+  if (dtype == DType::f16) return gemm_through_f32<kernels::Float16>(desc, a, b, c);
   const ColumnMajorGemm g = to_column_major(desc);
   if (g.m == 0 || g.n == 0) return;
   const auto ta = g.trans_first ? CblasTrans : CblasNoTrans;
@@ -143,7 +198,9 @@ void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const vo
       const T* s = second + i * g.stride_second + (g.trans_second ? j : j * g.ld_second);
       T* o = out + i * g.stride_c + j * g.ldc + r;
       const auto mr = static_cast<blasint>(rows), nc = static_cast<blasint>(cols);
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (kernels::is_half_v<T>) {
+        return;  // never called: 2-byte products take gemm_through_f32 (above)
+      } else if constexpr (std::is_same_v<T, float>) {
         cblas_sgemm(CblasColMajor, ta, tb, mr, nc, k, static_cast<float>(g.alpha), f, l1, s, l2,
                     static_cast<float>(g.beta), o, lc);
       } else {
@@ -273,11 +330,14 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta
     const T* y = b.data<T>();
     T* o = out.data<T>();
     const std::int64_t n = a.numel(), nb = b.numel();
-    const T ta = static_cast<T>(alpha), tb = static_cast<T>(beta);
+    using C = kernels::compute_t<T>;
+    const C ta = static_cast<C>(alpha), tb = static_cast<C>(beta);
     if (nb == 0) return;
     threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
       broadcast_runs(begin, end, nb, [&](std::int64_t i, std::int64_t j, std::int64_t len) {
-        for (std::int64_t k = 0; k < len; ++k) o[i + k] = ta * x[i + k] + tb * y[j + k];
+        for (std::int64_t k = 0; k < len; ++k) {
+          o[i + k] = static_cast<T>(ta * static_cast<C>(x[i + k]) + tb * static_cast<C>(y[j + k]));
+        }
       });
     });
   });
@@ -293,7 +353,9 @@ void CpuBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) {
     if (nb == 0) return;
     threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
       broadcast_runs(begin, end, nb, [&](std::int64_t i, std::int64_t j, std::int64_t len) {
-        for (std::int64_t k = 0; k < len; ++k) o[i + k] = x[i + k] * y[j + k];
+        for (std::int64_t k = 0; k < len; ++k) {
+          o[i + k] = static_cast<T>(static_cast<kernels::compute_t<T>>(x[i + k]) * y[j + k]);
+        }
       });
     });
   });
@@ -304,9 +366,10 @@ void CpuBackend::scale(const Tensor& x, double alpha, Tensor& out) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = out.data<T>();
-    const T k = static_cast<T>(alpha);
+    using C = kernels::compute_t<T>;
+    const C k = static_cast<C>(alpha);
     threads_.parallel_for(x.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) o[i] = k * in[i];
+      for (std::int64_t i = begin; i < end; ++i) o[i] = static_cast<T>(k * static_cast<C>(in[i]));
     });
   });
 }
@@ -317,7 +380,9 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) o[i] = kernels::gelu(in[i]);
+      for (std::int64_t i = begin; i < end; ++i) {
+        o[i] = static_cast<T>(kernels::gelu(static_cast<kernels::compute_t<T>>(in[i])));
+      }
     });
   });
 }
@@ -329,7 +394,10 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) o[i] = g[i] * kernels::gelu_grad(in[i]);
+      using C = kernels::compute_t<T>;
+      for (std::int64_t i = begin; i < end; ++i) {
+        o[i] = static_cast<T>(static_cast<C>(g[i]) * kernels::gelu_grad(static_cast<C>(in[i])));
+      }
     });
   });
 }
@@ -341,7 +409,11 @@ void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(y.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) o[i] = kernels::swiglu(in[2 * i], in[2 * i + 1]);
+      using C = kernels::compute_t<T>;
+      for (std::int64_t i = begin; i < end; ++i) {
+        o[i] = static_cast<T>(
+            kernels::swiglu(static_cast<C>(in[2 * i]), static_cast<C>(in[2 * i + 1])));
+      }
     });
   });
 }
@@ -353,8 +425,13 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(dy.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
+      using C = kernels::compute_t<T>;
       for (std::int64_t i = begin; i < end; ++i) {
-        kernels::swiglu_grad(in[2 * i], in[2 * i + 1], g[i], o[2 * i], o[2 * i + 1]);
+        C dgate, dup;
+        kernels::swiglu_grad(static_cast<C>(in[2 * i]), static_cast<C>(in[2 * i + 1]),
+                             static_cast<C>(g[i]), dgate, dup);
+        o[2 * i] = static_cast<T>(dgate);
+        o[2 * i + 1] = static_cast<T>(dup);
       }
     });
   });
@@ -402,7 +479,8 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* out = y.data<T>();
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - spec.p));
+    using C = kernels::compute_t<T>;
+    const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
     if (last == 0) return;
     auto rows = [&](std::int64_t first, std::int64_t end) {
       // kernels::dropout_keep, with each Philox call's four words used for the four elements
@@ -439,11 +517,12 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
         T* row_out = out + row;
         std::uint8_t* row_mask = m + row;
         const double p = spec.p;
-        const T scale = keep_scale;
+        const C scale = keep_scale;
         for (std::int64_t j = 0; j < last; ++j) {
           const bool keep = kernels::uniform_from_bits(bits[j]) >= p;
           row_mask[j] = keep ? 1 : 0;
-          row_out[j] = kernels::dropout_apply(row_in[j], keep, scale);
+          row_out[j] =
+              static_cast<T>(kernels::dropout_apply(static_cast<C>(row_in[j]), keep, scale));
         }
       }
     };
@@ -457,10 +536,11 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p
     const T* g = dy.data<T>();
     const auto* m = mask.data<std::uint8_t>();
     T* o = dx.data<T>();
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+    using C = kernels::compute_t<T>;
+    const C keep_scale = static_cast<C>(1.0 / (1.0 - p));
     threads_.parallel_for(dy.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = kernels::dropout_apply(g[i], m[i] != 0, keep_scale);
+        o[i] = static_cast<T>(kernels::dropout_apply(static_cast<C>(g[i]), m[i] != 0, keep_scale));
       }
     });
   });

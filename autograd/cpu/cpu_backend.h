@@ -64,6 +64,10 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits) override;
 
  private:
+  // A bf16 / f16 product: f32 copies of the operands through the f32 GEMM, C rounded once.
+  template <class T>
+  void gemm_through_f32(const GemmDesc& desc, const void* a, const void* b, void* c);
+
   cpu::RowThreads& threads_;  // shared by every CpuBackend (cpu_backend.cpp)
 };
 

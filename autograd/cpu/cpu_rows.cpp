@@ -1,6 +1,7 @@
 // CpuBackend: reductions and the row-wise kernels (layernorm, rmsnorm, softmax, losses).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/cpu/cpu_backend.h"
@@ -48,11 +49,16 @@ std::int64_t row_grain(std::int64_t row_length) {
   return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
 }
 
+// The element type of a norm's saved mean and rstd for rows of T: f32 for the 2-byte types
+// (statistics_dtype in dtype.h), T otherwise.
+template <class T>
+using statistic_t = std::conditional_t<kernels::is_half_v<T>, float, T>;
+
 // LayerNorm's forward, or with beta and mean null RMSNorm's (centered = false: the mean is 0 and
 // there is no shift). Each thread a range of rows.
 template <class T>
 void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, const T* beta,
-                    double eps, Tensor& y, T* mean, T* rstd) {
+                    double eps, Tensor& y, statistic_t<T>* mean, statistic_t<T>* rstd) {
   const bool centered = mean != nullptr;
   const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
   threads.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
@@ -65,8 +71,8 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
         const double inv = kernels::layernorm_rstd(w[k], eps);
         kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h,
                                          0, 1, w[k].mean, inv);
-        if (mean) mean[r] = static_cast<T>(w[k].mean);
-        rstd[r] = static_cast<T>(inv);
+        if (mean) mean[r] = static_cast<statistic_t<T>>(w[k].mean);
+        rstd[r] = static_cast<statistic_t<T>>(inv);
       }
     }
   });
@@ -76,8 +82,8 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
 // and mean(dxhat) = 0 (kernels/layernorm.h).
 template <class T>
 void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const Tensor& x,
-                             const T* gamma, const T* mean, const T* rstd, Tensor& dx, T* dgamma,
-                             T* dbeta) {
+                             const T* gamma, const statistic_t<T>* mean, const statistic_t<T>* rstd,
+                             Tensor& dx, T* dgamma, T* dbeta) {
   const bool centered = mean != nullptr;
   const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
   // dx: each thread a range of rows.
@@ -152,37 +158,44 @@ void CpuBackend::sum_all(const Tensor& x, Tensor& out) {
 
 void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  check_statistics_dtype(x, mean, "layernorm_forward");
+  check_statistics_dtype(x, rstd, "layernorm_forward");
   dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    normalise_rows<T>(threads_, x, gamma.data<T>(), beta.data<T>(), eps, y, mean.data<T>(),
-                      rstd.data<T>());
+    normalise_rows<T>(threads_, x, gamma.data<T>(), beta.data<T>(), eps, y,
+                      mean.data<statistic_t<T>>(), rstd.data<statistic_t<T>>());
   });
 }
 
 void CpuBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                     const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                     Tensor& dgamma, Tensor& dbeta) {
+  check_statistics_dtype(x, mean, "layernorm_backward");
+  check_statistics_dtype(x, rstd, "layernorm_backward");
   dispatch_floating(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), mean.data<T>(), rstd.data<T>(), dx,
-                               dgamma.data<T>(), dbeta.data<T>());
+    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), mean.data<statistic_t<T>>(),
+                               rstd.data<statistic_t<T>>(), dx, dgamma.data<T>(), dbeta.data<T>());
   });
 }
 
 void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
                                  Tensor& rstd) {
+  check_statistics_dtype(x, rstd, "rmsnorm_forward");
   dispatch_floating(x.dtype(), "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    normalise_rows<T>(threads_, x, gamma.data<T>(), nullptr, eps, y, nullptr, rstd.data<T>());
+    normalise_rows<T>(threads_, x, gamma.data<T>(), nullptr, eps, y, nullptr,
+                      rstd.data<statistic_t<T>>());
   });
 }
 
 void CpuBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                   const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  check_statistics_dtype(x, rstd, "rmsnorm_backward");
   dispatch_floating(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), nullptr, rstd.data<T>(), dx,
-                               dgamma.data<T>(), nullptr);
+    normalise_rows_backward<T>(threads_, dy, x, gamma.data<T>(), nullptr,
+                               rstd.data<statistic_t<T>>(), dx, dgamma.data<T>(), nullptr);
   });
 }
 

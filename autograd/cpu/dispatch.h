@@ -1,10 +1,13 @@
-// Calls f(T{}) with T = float or double for a floating dtype; throws DTypeError otherwise.
+// Calls f(T{}) with T = float, double, kernels::BFloat16 or kernels::Float16 for a floating dtype;
+// throws DTypeError otherwise. A kernel computes in kernels::compute_t<T> (f32 for the 2-byte
+// types) and rounds each result to T once, when it stores it.
 #pragma once
 
 #include <string>
 
 #include "autograd/dtype.h"
 #include "autograd/errors.h"
+#include "autograd/kernels/half.h"
 
 namespace shardscope::cpu {
 
@@ -17,10 +20,16 @@ void dispatch_floating(DType dtype, const char* kernel, F&& f) {
     case DType::f64:
       f(double{});
       return;
+    case DType::bf16:
+      f(kernels::BFloat16{});
+      return;
+    case DType::f16:
+      f(kernels::Float16{});
+      return;
     case DType::u8:
       break;
   }
-  throw DTypeError(std::string("cpu kernel '") + kernel + "' needs f32 or f64, given " +
+  throw DTypeError(std::string("cpu kernel '") + kernel + "' needs a floating dtype, given " +
                    dtype_name(dtype));
 }
 

@@ -27,12 +27,20 @@ unsigned grid_for(std::int64_t n) {
   return static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 65535));
 }
 
+// The error for a dtype the CUDA kernels do not run: u8 anywhere but the mask, and bf16 / f16,
+// which only the cpu and reference backends run so far.
+DTypeError unsupported_dtype(const char* kernel, DType dtype) {
+  return DTypeError(
+      std::string("cuda kernel '") + kernel + "' cannot run " + dtype_name(dtype) +
+      ": the CUDA kernels run f32 and f64 only" +
+      (is_half(dtype) ? " (bf16 and f16 run on the cpu and reference backends)" : ""));
+}
+
 template <class F>
 void dispatch_floating(DType dtype, const char* kernel, F&& f) {
   if (dtype == DType::f32) return f(float{});
   if (dtype == DType::f64) return f(double{});
-  throw DTypeError(std::string("cuda kernel '") + kernel + "' needs f32 or f64, given " +
-                   dtype_name(dtype));
+  throw unsupported_dtype(kernel, dtype);
 }
 
 std::int64_t row_length(const Tensor& t) {
@@ -233,7 +241,7 @@ void CudaBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const v
         static_cast<const double*>(a), l2, g.stride_second, &g.beta, static_cast<double*>(c), lc,
         g.stride_c, batch));
   } else {
-    throw DTypeError(std::string("cuda gemm needs f32 or f64, given ") + dtype_name(dtype));
+    throw unsupported_dtype("gemm", dtype);
   }
 }
 
@@ -278,6 +286,7 @@ void CudaBackend::permute(const Tensor& src, const std::vector<int>& perm, Tenso
     in_step[d] = in_strides[static_cast<std::size_t>(perm[d])];
   const k::IndexMap map = index_map(dst.shape().dims(), in_step, "permute");
   const unsigned grid = grid_for(n);
+  if (is_half(src.dtype())) throw unsupported_dtype("permute", src.dtype());  // no 2-byte case
   switch (dtype_size(src.dtype())) {
     case 1:
       k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint8_t*>(src.raw_data()),

@@ -1,7 +1,8 @@
 // LayerNorm and RMSNorm over one row, split into the pieces a sequential CPU loop and a CUDA
 // block both call. A row piece covers elements first, first + step, first + 2 step, ... below n:
 // the CPU passes (0, 1), a CUDA thread (threadIdx.x, blockDim.x) and then combines the threads'
-// partial results. Statistics and sums are kept in double whatever the element type T.
+// partial results. Statistics and sums are kept in double whatever the element type T (f32,
+// f64, or a 2-byte type of kernels/half.h).
 //   forward:  mean, rstd = 1 / sqrt(M2 / n + eps),  y = (x - mean) rstd gamma + beta
 //   backward: xhat = (x - mean) rstd,  dxhat = dy gamma,
 //             dx = rstd (dxhat - sum(dxhat) / n - xhat sum(dxhat xhat) / n),
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "autograd/kernels/half.h"
 #include "autograd/kernels/host_device.h"
 #include "autograd/kernels/welford.h"
 
@@ -51,16 +53,19 @@ SS_HOST_DEVICE double layernorm_rstd(const Welford<double>& w, double eps) {
   return 1.0 / std::sqrt(w.m2 / w.count + eps);
 }
 
-// y = (x - mean) rstd gamma + beta on the row piece; the normalisation is rounded to T before
-// the affine part, as the single-device and sharded LayerNorms both do. beta == nullptr leaves
-// out the shift: RMSNorm's y = x rstd gamma (with mean = 0).
+// y = (x - mean) rstd gamma + beta on the row piece; the normalisation is rounded to T's compute
+// type C (T itself, f32 for the 2-byte types) before the affine part, as the single-device and
+// sharded LayerNorms both do, and y to T once. beta == nullptr leaves out the shift: RMSNorm's
+// y = x rstd gamma (with mean = 0).
 template <class T>
 SS_HOST_DEVICE void layernorm_normalise_row(const T* x, const T* gamma, const T* beta, T* y,
                                             std::int64_t n, std::int64_t first, std::int64_t step,
                                             double mean, double rstd) {
+  using C = compute_t<T>;
   for (std::int64_t j = first; j < n; j += step) {
-    const T normalised = static_cast<T>((static_cast<double>(x[j]) - mean) * rstd);
-    y[j] = beta ? normalised * gamma[j] + beta[j] : normalised * gamma[j];
+    const C normalised = static_cast<C>((static_cast<double>(x[j]) - mean) * rstd);
+    const C scaled = normalised * static_cast<C>(gamma[j]);
+    y[j] = static_cast<T>(beta ? scaled + static_cast<C>(beta[j]) : scaled);
   }
 }
 

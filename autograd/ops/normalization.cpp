@@ -27,8 +27,9 @@ Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doubl
   if (!(eps > 0.0)) throw ArgumentError(r.where() + ": eps must be > 0");
   std::vector<std::int64_t> rows(x.shape().dims().begin(), x.shape().dims().end() - 1);
   Tensor y = new_like(x);
-  Tensor mean = ops_detail::new_tensor(r.ctx(), Shape(rows), x.dtype());
-  Tensor rstd = ops_detail::new_tensor(r.ctx(), Shape(rows), x.dtype());
+  // f32 statistics for bf16 / f16 rows (statistics_dtype), so the ledger counts 4 bytes a row.
+  Tensor mean = ops_detail::new_tensor(r.ctx(), Shape(rows), statistics_dtype(x.dtype()));
+  Tensor rstd = ops_detail::new_tensor(r.ctx(), Shape(rows), statistics_dtype(x.dtype()));
   r.ctx().backend().layernorm_forward(x, gamma, beta, eps, y, mean, rstd);
   if (r.needs_grad()) {
     // xhat = (x - mean) rstd; dxhat = dy gamma;
@@ -42,8 +43,8 @@ Tensor layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doubl
       return std::vector<Tensor>{dx, dgamma, dbeta};
     });
     node.save(x);
-    node.save(gamma);  // a parameter: kept, not counted
-    node.save(mean, SaveRole::extra);
+    node.save(gamma);                  // a parameter: kept, not counted
+    node.save(mean, SaveRole::extra);  // statistics_dtype(x): f32 under bf16 / f16
     node.save(rstd, SaveRole::extra);
   }
   return r.finish(y);
@@ -63,7 +64,7 @@ Tensor rmsnorm(const Tensor& x, const Tensor& gamma, double eps) {
   if (!(eps > 0.0)) throw ArgumentError(r.where() + ": eps must be > 0");
   std::vector<std::int64_t> rows(x.shape().dims().begin(), x.shape().dims().end() - 1);
   Tensor y = new_like(x);
-  Tensor rstd = ops_detail::new_tensor(r.ctx(), Shape(rows), x.dtype());
+  Tensor rstd = ops_detail::new_tensor(r.ctx(), Shape(rows), statistics_dtype(x.dtype()));
   r.ctx().backend().rmsnorm_forward(x, gamma, eps, y, rstd);
   if (r.needs_grad()) {
     // xhat = x rstd; dxhat = dy gamma;

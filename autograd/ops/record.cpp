@@ -138,7 +138,8 @@ void check_defined(const OpRecord& r, const Tensor& t, const char* what) {
 void check_floating(const OpRecord& r, const Tensor& t, const char* what) {
   check_defined(r, t, what);
   if (!is_floating(t.dtype())) {
-    throw DTypeError(r.where() + ": " + what + " must be f32 or f64, given " + t.describe());
+    throw DTypeError(r.where() + ": " + what + " must be floating (f32, f64, bf16 or f16), given " +
+                     t.describe());
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "autograd/backend.h"
 #include "autograd/errors.h"
+#include "autograd/reference/reference_half.h"
 
 namespace shardscope {
 
@@ -69,13 +70,24 @@ std::unique_ptr<Backend> make_reference_backend();
 
 namespace reference {
 
-// Calls f(T{}) with T = float or double for a floating dtype; throws DTypeError naming `kernel`
-// otherwise.
+// Calls f(T{}) with T = float, double, Bf16 or F16 (reference_half.h) for a floating dtype; throws
+// DTypeError naming `kernel` otherwise. The loops read every element as a double and round each
+// result to T once, so a 2-byte type is simply a T that rounds more.
 template <class F>
 void with_floating(DType dtype, const char* kernel, F&& f) {
-  if (dtype == DType::f32) return f(float{});
-  if (dtype == DType::f64) return f(double{});
-  throw DTypeError(std::string("reference kernel '") + kernel + "' needs f32 or f64, given " +
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::bf16:
+      return f(Bf16{});
+    case DType::f16:
+      return f(F16{});
+    case DType::u8:
+      break;
+  }
+  throw DTypeError(std::string("reference kernel '") + kernel + "' needs a floating dtype, given " +
                    dtype_name(dtype));
 }
 

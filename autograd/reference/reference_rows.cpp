@@ -53,8 +53,11 @@ void ReferenceBackend::sum_all(const Tensor& x, Tensor& out) {
 //   y_j = (x_j - mean) rstd gamma_j + beta_j
 void ReferenceBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  check_statistics_dtype(x, mean, "layernorm_forward");
+  check_statistics_dtype(x, rstd, "layernorm_forward");
   with_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
+    using Statistic = reference::statistic_t<T>;  // f32 for bf16 / f16
     const std::int64_t h = row_length(x);
     for (std::int64_t r = 0; r < row_count(x); ++r) {
       const T* in = x.data<T>() + r * h;
@@ -69,8 +72,8 @@ void ReferenceBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, c
         const double xhat = (in[j] - mu) * inv;
         y.data<T>()[r * h + j] = static_cast<T>(xhat * gamma.data<T>()[j] + beta.data<T>()[j]);
       }
-      mean.data<T>()[r] = static_cast<T>(mu);
-      rstd.data<T>()[r] = static_cast<T>(inv);
+      mean.data<Statistic>()[r] = static_cast<Statistic>(mu);
+      rstd.data<Statistic>()[r] = static_cast<Statistic>(inv);
     }
   });
 }
@@ -81,12 +84,15 @@ void ReferenceBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, c
 void ReferenceBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                           const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                           Tensor& dgamma, Tensor& dbeta) {
+  check_statistics_dtype(x, mean, "layernorm_backward");
+  check_statistics_dtype(x, rstd, "layernorm_backward");
   with_floating(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
+    using Statistic = reference::statistic_t<T>;  // f32 for bf16 / f16
     const std::int64_t h = row_length(x), rows = row_count(x);
     std::vector<double> dg(static_cast<std::size_t>(h), 0.0), db(static_cast<std::size_t>(h), 0.0);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
+      const double mu = mean.data<Statistic>()[r], inv = rstd.data<Statistic>()[r];
       std::vector<double> xhat(static_cast<std::size_t>(h)), dxhat(static_cast<std::size_t>(h));
       double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
       for (std::int64_t j = 0; j < h; ++j) {
@@ -117,8 +123,10 @@ void ReferenceBackend::layernorm_backward(const Tensor& dy, const Tensor& x, con
 //   rstd = 1 / sqrt(sum_j x_j^2 / H + eps),  y_j = x_j rstd gamma_j
 void ReferenceBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, double eps, Tensor& y,
                                        Tensor& rstd) {
+  check_statistics_dtype(x, rstd, "rmsnorm_forward");
   with_floating(x.dtype(), "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
+    using Statistic = reference::statistic_t<T>;  // f32 for bf16 / f16
     const std::int64_t h = row_length(x);
     for (std::int64_t r = 0; r < row_count(x); ++r) {
       const T* in = x.data<T>() + r * h;
@@ -128,7 +136,7 @@ void ReferenceBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, dou
       for (std::int64_t j = 0; j < h; ++j) {
         y.data<T>()[r * h + j] = static_cast<T>(in[j] * inv * gamma.data<T>()[j]);
       }
-      rstd.data<T>()[r] = static_cast<T>(inv);
+      rstd.data<Statistic>()[r] = static_cast<Statistic>(inv);
     }
   });
 }
@@ -138,12 +146,14 @@ void ReferenceBackend::rmsnorm_forward(const Tensor& x, const Tensor& gamma, dou
 //   dgamma_j = sum_r dy_rj xhat_rj
 void ReferenceBackend::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                         const Tensor& rstd, Tensor& dx, Tensor& dgamma) {
+  check_statistics_dtype(x, rstd, "rmsnorm_backward");
   with_floating(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
+    using Statistic = reference::statistic_t<T>;  // f32 for bf16 / f16
     const std::int64_t h = row_length(x), rows = row_count(x);
     std::vector<double> dg(static_cast<std::size_t>(h), 0.0);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const double inv = rstd.data<T>()[r];
+      const double inv = rstd.data<Statistic>()[r];
       std::vector<double> xhat(static_cast<std::size_t>(h)), dxhat(static_cast<std::size_t>(h));
       double sum_dxhat_xhat = 0.0;
       for (std::int64_t j = 0; j < h; ++j) {

@@ -6,6 +6,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "autograd/kernels/half.h"
+
 namespace shardscope {
 
 std::string CallSite::str() const {
@@ -124,10 +126,11 @@ CollectiveCall call_of(const CallDescriptor& d) {
 
 template <class T>
 void reduce_typed(T* out, const T* in, std::int64_t count, ReduceOp op) {
-  if (op == ReduceOp::sum) {
-    for (std::int64_t i = 0; i < count; ++i) out[i] += in[i];
-  } else {
-    for (std::int64_t i = 0; i < count; ++i) out[i] = std::max(out[i], in[i]);
+  // In the type's compute precision (f32 for the 2-byte types), each result rounded once.
+  using C = kernels::compute_t<T>;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const C a = static_cast<C>(out[i]), b = static_cast<C>(in[i]);
+    out[i] = T(op == ReduceOp::sum ? a + b : std::max(a, b));
   }
 }
 
@@ -156,6 +159,14 @@ void reduce_into(void* out, const void* in, std::int64_t count, DType dtype, Red
       return;
     case DType::f64:
       reduce_typed(static_cast<double*>(out), static_cast<const double*>(in), count, op);
+      return;
+    case DType::bf16:
+      reduce_typed(static_cast<kernels::BFloat16*>(out), static_cast<const kernels::BFloat16*>(in),
+                   count, op);
+      return;
+    case DType::f16:
+      reduce_typed(static_cast<kernels::Float16*>(out), static_cast<const kernels::Float16*>(in),
+                   count, op);
       return;
     case DType::u8:
       break;

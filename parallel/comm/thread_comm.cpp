@@ -229,6 +229,8 @@ bool reduce_block(unsigned char* sum, const void* in, DType dtype, ReduceOp op) 
     case DType::f64:
       reduce_block_typed(reinterpret_cast<double*>(sum), static_cast<const double*>(in), op);
       return true;
+    case DType::bf16:  // reduce_into computes them in f32
+    case DType::f16:
     case DType::u8:
       break;
   }

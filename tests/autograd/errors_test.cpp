@@ -189,14 +189,16 @@ TEST_F(Errors, DTypeMismatches) {
               HasSubstr("op 'concat'"));
   const Tensor mask = Tensor::zeros(ctx, {2}, DType::u8);
   EXPECT_THAT(message_of<DTypeError>([&] { gelu(mask); }),
-              AllOf(HasSubstr("op 'gelu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
+              AllOf(HasSubstr("op 'gelu'"), HasSubstr("must be floating (f32, f64, bf16 or f16)"),
+                    HasSubstr("u8[2]")));
   EXPECT_THAT(message_of<DTypeError>([&] { swiglu(mask); }),
-              AllOf(HasSubstr("op 'swiglu'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2]")));
-  EXPECT_THAT(
-      message_of<DTypeError>([&] {
-        rope(Tensor::zeros(ctx, {2, 2}, DType::u8), 0, 0);
-      }),
-      AllOf(HasSubstr("op 'rope'"), HasSubstr("must be f32 or f64"), HasSubstr("u8[2, 2]")));
+              AllOf(HasSubstr("op 'swiglu'"), HasSubstr("must be floating (f32, f64, bf16 or f16)"),
+                    HasSubstr("u8[2]")));
+  EXPECT_THAT(message_of<DTypeError>([&] {
+                rope(Tensor::zeros(ctx, {2, 2}, DType::u8), 0, 0);
+              }),
+              AllOf(HasSubstr("op 'rope'"), HasSubstr("must be floating (f32, f64, bf16 or f16)"),
+                    HasSubstr("u8[2, 2]")));
 }
 
 TEST_F(Errors, MessagesSayWhereTheOpRan) {

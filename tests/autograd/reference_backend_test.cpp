@@ -228,7 +228,8 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
       "copy_slice");
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReference, ::testing::Values(DType::f32, DType::f64),
+INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReference,
+                         ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16),
                          testing::DTypeName());
 
 }  // namespace

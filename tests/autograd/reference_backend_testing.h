@@ -36,11 +36,28 @@ namespace shardscope::testing {
 // in the row math (a wrong constant, a missing or extra term, an off-by-one mask) moves results
 // by 1e-3 or far more (ReferenceBackend.PlantedRowMathBugsAreCaught shows seven such bugs caught).
 // f64: roundings of 1e-16 over the same sums, measured below 1e-14; 1e-10 leaves 10^4x.
+// bf16 / f16: both backends read the same 2-byte inputs and round each result to the 2-byte type
+// once; they differ before that rounding by the f32 error above (the CPU computes in f32, the
+// reference in double), which can put the two on either side of a rounding boundary: one ulp of
+// the result apart, and an ulp is at most 2u |result| (u = 2^-8 for bf16, 2^-11 for f16, the
+// unit roundoff). So tol = 2u + the f32 tolerance. An error the 2-byte path alone makes (a
+// truncation instead of a rounding, a 2-byte accumulator) is larger: see Bf16F16Test.
 inline double reference_tolerance(DType dtype) {
-  return dtype == DType::f32 ? 1e-4 : 1e-10;
+  switch (dtype) {
+    case DType::f32:
+      return 1e-4;
+    case DType::bf16:
+      return 2 * 0x1p-8 + 1e-4;
+    case DType::f16:
+      return 2 * 0x1p-11 + 1e-4;
+    case DType::f64:
+    case DType::u8:
+      break;
+  }
+  return 1e-10;
 }
 
-// The name of a dtype instance: "f32" or "f64".
+// The name of a dtype instance: "f32", "f64", "bf16" or "f16".
 struct DTypeName {
   std::string operator()(const ::testing::TestParamInfo<DType>& info) const {
     return dtype_name(info.param);

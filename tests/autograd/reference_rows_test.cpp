@@ -40,7 +40,8 @@ OpCase layernorm_case(Shape shape) {
     const Tensor x = test_input(ctx, shape, dt, 1, -3.0, 5.0), dy = test_input(ctx, shape, dt, 2);
     const Tensor gamma = test_input(ctx, {h}, dt, 3), beta = test_input(ctx, {h}, dt, 4);
     Tensor y = Tensor::empty(ctx, shape, dt), dx = Tensor::empty(ctx, shape, dt);
-    Tensor mean = Tensor::empty(ctx, {rows}, dt), rstd = Tensor::empty(ctx, {rows}, dt);
+    Tensor mean = Tensor::empty(ctx, {rows}, statistics_dtype(dt));
+    Tensor rstd = Tensor::empty(ctx, {rows}, statistics_dtype(dt));
     Tensor dgamma = Tensor::empty(ctx, {h}, dt), dbeta = Tensor::empty(ctx, {h}, dt);
     be.layernorm_forward(x, gamma, beta, 1e-5, y, mean, rstd);
     be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
@@ -57,7 +58,8 @@ OpCase rmsnorm_case(Shape shape) {
     const Tensor x = test_input(ctx, shape, dt, 1, -1.0, 5.0), dy = test_input(ctx, shape, dt, 2);
     const Tensor gamma = test_input(ctx, {h}, dt, 3);
     Tensor y = Tensor::empty(ctx, shape, dt), dx = Tensor::empty(ctx, shape, dt);
-    Tensor rstd = Tensor::empty(ctx, {rows}, dt), dgamma = Tensor::empty(ctx, {h}, dt);
+    Tensor rstd = Tensor::empty(ctx, {rows}, statistics_dtype(dt));
+    Tensor dgamma = Tensor::empty(ctx, {h}, dt);
     be.rmsnorm_forward(x, gamma, 1e-5, y, rstd);
     be.rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma);
     return NamedTensors{{"y", y}, {"rstd", rstd}, {"dx", dx}, {"dgamma", dgamma}};
@@ -142,7 +144,8 @@ TEST_P(CpuVsReferenceRows, LossesIncludingNaNOverZeroRows) {
   EXPECT_TRUE(std::isnan(empty[1].second.item())) << "cross-entropy of no row is 0 / 0";
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReferenceRows, ::testing::Values(DType::f32, DType::f64),
+INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReferenceRows,
+                         ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16),
                          testing::DTypeName());
 
 // A bug in the shared row math of autograd/kernels/, as the CPU (and CUDA) backend would run it.

@@ -81,7 +81,7 @@ std::vector<double> ramp(std::int64_t n, DType dtype) {
 TEST_F(NpyTest, RoundTripsEveryDtypeAndShape) {
   const std::vector<Shape> shapes{Shape{},        Shape{0},          Shape{5}, Shape{2, 3},
                                   Shape{2, 0, 4}, Shape{1, 2, 3, 4}, Shape{70}};
-  for (DType dtype : {DType::f32, DType::f64, DType::u8}) {
+  for (DType dtype : {DType::f32, DType::f64, DType::u8, DType::f16}) {
     for (const Shape& shape : shapes) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + shape.str());
       const Tensor t = Tensor::from_vector(ctx_, shape, ramp(shape.numel(), dtype), dtype);
@@ -98,6 +98,23 @@ TEST_F(NpyTest, RoundTripsEveryDtypeAndShape) {
       EXPECT_EQ(back.to_vector(), t.to_vector());
       EXPECT_EQ(back.name(), "t");
     }
+  }
+}
+
+// f16 is NumPy's float16, '<f2' (1.0 = 0x3c00, -2.0 = 0xc000); NumPy has no bfloat16, so a bf16
+// tensor is refused with the way out (f32 holds every bf16 value exactly).
+TEST_F(NpyTest, WritesF16AsFloat16AndRefusesBf16) {
+  const Tensor h = Tensor::from_vector(ctx_, {2}, {1.0, -2.0}, DType::f16);
+  const std::string dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }";
+  EXPECT_EQ(encode_npy(h), std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict +
+                               std::string(20 + 40, ' ') + "\n" +
+                               std::string("\x00\x3c\x00\xc0", 4));
+  const Tensor b = Tensor::from_vector(ctx_, {2}, {1.0, -2.0}, DType::bf16);
+  try {
+    encode_npy(b);
+    ADD_FAILURE() << "a bf16 tensor was written";
+  } catch (const NpyError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("bf16[2]"), HasSubstr("no bfloat16"), HasSubstr("f32")));
   }
 }
 
@@ -175,8 +192,8 @@ TEST_F(NpyTest, RejectsBadFiles) {
       read_error(npy_file("{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", data)),
       AllOf(HasSubstr("unsupported dtype descr '<i8'"), HasSubstr("'<f4' (f32)")));
   EXPECT_THAT(
-      read_error(npy_file("{'descr': '<f2', 'fortran_order': False, 'shape': (12,), }", data)),
-      AllOf(HasSubstr("unsupported dtype descr '<f2'"), HasSubstr("float16")));
+      read_error(npy_file("{'descr': '<i2', 'fortran_order': False, 'shape': (12,), }", data)),
+      AllOf(HasSubstr("unsupported dtype descr '<i2'"), HasSubstr("'<f2' (f16)")));
   EXPECT_THAT(
       read_error(npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (6,), }", data)),
       HasSubstr("big-endian"));
