@@ -1,6 +1,7 @@
 // The module layout table against what the engine really does: every op of real recorded runs
 // reads and writes local shapes of the table's tensors, parallel ops' placements agree, and the
-// weights sit where ParallelTransformerLayer puts them.
+// weights sit where ParallelTransformerLayer puts them; in a stack, every layer's ops against that
+// layer's table, whose weights are the ones ParallelTransformerStack names after the layer.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "parallel/comm/spmd.h"
+#include "parallel/layers/layer_stack.h"
 #include "parallel/layers/parallel_layer.h"
 #include "tests/viz/viz_testing.h"
 #include "viz/model/layout.h"
@@ -40,18 +42,26 @@ std::string describe(const TraceEvent& e) {
 
 // Strict: no element-count relaxation is needed, because the table lists the reshaped and
 // permuted views of the head split and merge (ModuleTensor::intermediate) with their own global
-// shapes and placements, so every shape of every op matches a tensor exactly.
+// shapes and placements, so every shape of every op matches a tensor exactly. In a stack of
+// `layers` layers each op is matched against its own layer's table (the loss, in no layer,
+// against the last layer's), and every layer runs a whole forward and backward.
 void expect_every_op_matches(const std::string& mode, int degree,
-                             void (*options)(LayerConfig&) = nullptr) {
+                             void (*options)(LayerConfig&) = nullptr, int layers = 1) {
   SCOPED_TRACE(mode + " at degree " + std::to_string(degree) +
-               (options ? " (Llama's options)" : ""));
-  const TraceFile trace = record_run(mode, degree, 1, 16, 32, 4, options);
+               (options ? " (Llama's options)" : "") +
+               (layers > 1 ? " in a stack of " + std::to_string(layers) : ""));
+  const TraceFile trace = layers > 1 ? testing::record_stack(mode, degree, layers)
+                                     : record_run(mode, degree, 1, 16, 32, 4, options);
   const LayerConfig config = config_of_trace(trace);
+  ASSERT_EQ(config.layers, layers);
   const int t = config.degree;
-  std::map<std::string, ModuleLayout> layouts;
-  for (const std::string& scope : module_scopes(config))
-    layouts[scope] = module_layout(config, scope);
+  std::map<std::pair<int, std::string>, ModuleLayout> layouts;  // by layer and scope
+  for (int i = 0; i < layers; ++i) {
+    for (const std::string& scope : module_scopes(config))
+      layouts[{i, scope}] = module_layout(stack_layer(config, i), scope);
+  }
   std::set<std::string> seen_scopes;
+  std::map<int, int> ops_in;  // by layer
   int ops = 0;
   for (const TraceEvent& e : trace.events) {
     if (e.kind != TraceEventKind::op && e.kind != TraceEventKind::collective) continue;
@@ -59,10 +69,24 @@ void expect_every_op_matches(const std::string& mode, int degree,
       continue;  // checks, after the layer
     ASSERT_TRUE(has_module_layout(e.scope)) << describe(e) << ": scope has no layout";
     seen_scopes.insert(e.scope);
+    if (e.scope == "loss") {  // its all-reduce (tp-sp, ulysses)
+      EXPECT_EQ(e.layer, -1) << describe(e) << ": the loss is in no layer";
+    } else {
+      ASSERT_TRUE(e.layer >= 0 && e.layer < layers) << describe(e) << " in layer " << e.layer;
+    }
     if (e.kind != TraceEventKind::op) continue;
     ++ops;
-    const ModuleLayout& layout = layouts.at(e.scope);
+    ++ops_in[e.layer];
+    const ModuleLayout& layout = layouts.at({e.layer < 0 ? layers - 1 : e.layer, e.scope});
     ASSERT_FALSE(e.outputs.empty()) << describe(e);
+    // The weights the op's table shows are its own layer's ("layers.1.*" in layer 1).
+    const std::string prefix = layers > 1 ? "layers." + std::to_string(e.layer) + "." : "";
+    for (const ModuleTensor& m : layout.tensors) {
+      if (!m.weight) continue;
+      EXPECT_EQ(m.parameter.rfind(prefix, 0), 0u)
+          << describe(e) << " in layer " << e.layer << ": the table's " << m.name << " is "
+          << m.parameter;
+    }
     for (const auto* list : {&e.inputs, &e.outputs}) {
       for (const std::string& text : *list) {
         EXPECT_FALSE(matching(layout, parse_shape_text(text), t).empty())
@@ -87,9 +111,12 @@ void expect_every_op_matches(const std::string& mode, int degree,
         << describe(e) << ": no " << to.str() << " output " << e.outputs.at(0);
   }
   EXPECT_GT(ops, 40);  // a whole step ran (without biases, 48 ops on one device)
+  for (int i = 0; i < layers; ++i) {
+    EXPECT_GT(ops_in[i], 40) << "layer " << i << " ran no whole forward and backward";
+  }
   // No dead rows: every module of the table shows up in the run (tp reduces no gradients).
   for (const std::string& scope : module_scopes(config)) {
-    const bool expected = !layouts.at(scope).tensors.empty() &&
+    const bool expected = !layouts.at({0, scope}).tensors.empty() &&
                           !(scope == "loss" && (mode == "tp" || mode == "single"));
     if (expected) {
       EXPECT_EQ(seen_scopes.count(scope), 1u) << scope << " never ran";
@@ -116,6 +143,14 @@ TEST(ModuleLayout, EveryOpOfUlyssesMatchesTheTable) {
   expect_every_op_matches("ulysses", 4);
 }
 
+// A stack of 3: every op of layers 0, 1 and 2 (their shapes are the same; their weights' names
+// differ, as the test after the next checks) against its layer's table.
+TEST(ModuleLayout, EveryOpOfEachLayerOfAStackMatchesItsTable) {
+  expect_every_op_matches("tp-sp", 2, nullptr, 3);
+  expect_every_op_matches("ulysses", 2, nullptr, 3);
+  expect_every_op_matches("tp", 2, nullptr, 3);
+}
+
 // RMSNorm (a weight only), SwiGLU (fc1 2f wide, f = 40 here), no biases, the rotary embedding
 // (on Ulysses's sequence shards) and grouped-query attention (g = 2 of a = 4): the table follows
 // the declaration's modules and parameters in every mode.
@@ -132,6 +167,26 @@ TEST(ModuleLayout, EveryOpOfLlamasOptionsMatchesTheTableInEveryMode) {
   expect_every_op_matches("tp", 2, llama_options);       // g = 2 key/value heads split over t = 2
   expect_every_op_matches("tp-sp", 4, llama_options);    // t = 4 > g: each rank keeps its own one
   expect_every_op_matches("ulysses", 4, llama_options);  // repeated to t before the all-to-all
+}
+
+// Recomputation (--recompute): the checkpoint op (attn.core, or the whole layer's) and the ops
+// the backward runs again, in their modules' scopes, match the table too.
+void selective(LayerConfig& c) {
+  c.recompute = Recompute::selective;
+}
+void full(LayerConfig& c) {
+  c.recompute = Recompute::full;
+}
+void llama_selective(LayerConfig& c) {
+  llama_options(c);
+  c.recompute = Recompute::selective;
+}
+TEST(ModuleLayout, EveryOpUnderRecomputationMatchesTheTable) {
+  for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
+    expect_every_op_matches(mode, 2, selective);
+    expect_every_op_matches(mode, 2, full);
+  }
+  expect_every_op_matches("tp-sp", 4, llama_selective);  // grouped key/value heads, t > g
 }
 
 const ModuleTensor& find(const ModuleLayout& l, const std::string& name) {
@@ -185,14 +240,15 @@ struct RealParameter {
   bool partial_grad = false;
 };
 
+// A stack's (c.layers > 1) are ParallelTransformerStack's, named layers.<i>.<name>.
 std::vector<RealParameter> real_parameters(const LayerConfig& c) {
   std::vector<RealParameter> out;
   std::mutex mutex;
   run_spmd(c.degree, SpmdOptions{}, [&](RankEnv& env) {
-    ParallelTransformerLayer layer(c, env.group, make_layer_weights(env.ctx, c));
+    ParallelTransformerStack stack(c, env.group, make_stack_weights(env.ctx, c));
     if (env.rank != 0) return;
     std::lock_guard<std::mutex> lock(mutex);
-    for (const ShardedParameter& p : layer.parameters()) {
+    for (const ShardedParameter& p : stack.parameters()) {
       out.push_back({p.name, p.placement, p.global, p.partial_grad});
     }
   });
@@ -227,6 +283,36 @@ TEST(ModuleLayout, WeightsSitWhereTheParallelLayerPutsThem) {
         EXPECT_EQ(m.placement, Placement::partial()) << p.name;
       }
       EXPECT_EQ(listed, p.partial_grad ? 1 : 0) << p.name << " in grad_reduce";
+    }
+  }
+}
+
+// Each layer's table holds that layer's weights, named as the parallel stack names them
+// (layers.1.attn.qkv.weight), with their placements; no other layer's table holds them.
+TEST(ModuleLayout, EachLayerOfAStackReadsItsOwnWeights) {
+  for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
+    LayerConfig c = config(mode, 2);
+    c.layers = 3;
+    SCOPED_TRACE(mode_name(mode));
+    const std::vector<RealParameter> params = real_parameters(c);
+    ASSERT_EQ(params.size(), 36u);
+    for (const RealParameter& p : params) {
+      std::vector<int> read_in, reduced_in;  // the layers whose tables list it
+      for (int i = 0; i < c.layers; ++i) {
+        for (const std::string& scope : module_scopes(c)) {
+          for (const ModuleTensor& m : module_layout(stack_layer(c, i), scope).tensors) {
+            if (m.parameter != p.name) continue;
+            (scope == "grad_reduce" ? reduced_in : read_in).push_back(i);
+            if (scope == "grad_reduce") continue;
+            EXPECT_EQ(m.placement, p.placement) << p.name << " in " << scope;
+            EXPECT_EQ(m.global, p.global) << p.name << " in " << scope;
+          }
+        }
+      }
+      const int layer = std::stoi(p.name.substr(std::string("layers.").size()));
+      EXPECT_EQ(read_in, std::vector<int>{layer}) << p.name << " should be read in its layer only";
+      EXPECT_EQ(reduced_in, p.partial_grad ? std::vector<int>{layer} : std::vector<int>{})
+          << p.name << " in grad_reduce";
     }
   }
 }

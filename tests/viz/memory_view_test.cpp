@@ -61,6 +61,10 @@ TEST(MemoryView, SavedActivationsAtTheEndOfTheForwardEqualTheFormulaInEveryMode)
       EXPECT_EQ(v.formula_total, model.total_bytes);
       EXPECT_EQ(v.formula, model.formula);
       EXPECT_EQ(v.saved_total, v.formula_total) << "rank " << rank;
+      // A single layer is a stack of one: its total is the stack's.
+      ASSERT_EQ(v.layers.size(), 1u);
+      EXPECT_EQ(v.stack_saved_total, v.saved_total);
+      EXPECT_EQ(v.stack_formula_total, v.formula_total);
       ASSERT_EQ(v.saved.size(), model.terms.size()) << "a saving op the formula lacks";
       for (const SavedTermRow& row : v.saved) {
         EXPECT_EQ(row.measured_bytes, row.model_bytes)
@@ -68,6 +72,133 @@ TEST(MemoryView, SavedActivationsAtTheEndOfTheForwardEqualTheFormulaInEveryMode)
         EXPECT_TRUE(row.complete) << row.what;
       }
     }
+  }
+}
+
+// A stack of 3: at the end of step 0's forward each layer's terms equal the formula (the same for
+// every layer), each layer's total does, nothing is saved outside the layers, and the stack's
+// total is 3 times the formula.
+TEST(MemoryView, EachLayerOfAStackSavesWhatTheFormulaSays) {
+  for (const char* mode : {"tp-sp", "ulysses"}) {
+    SCOPED_TRACE(mode);
+    const TraceFile t = testing::record_stack(mode, 2, 3);
+    const Snapshot s = end_of_first_forward(t);
+    ASSERT_EQ(s.config.layers, 3);
+    const ActivationModel model = activation_model(s.config, s.keep_gathered_input);
+    for (int rank : t.meta.ranks) {
+      for (int layer = 0; layer < 3; ++layer) {
+        SCOPED_TRACE("rank " + std::to_string(rank) + ", layer " + std::to_string(layer));
+        const MemoryView v = memory_view(s, rank, kPanel, layer);
+        EXPECT_EQ(v.layer, layer);
+        EXPECT_EQ(v.formula_total, model.total_bytes);
+        EXPECT_EQ(v.saved_total, v.formula_total);
+        ASSERT_EQ(v.saved.size(), model.terms.size()) << "a saving op the formula lacks";
+        for (const SavedTermRow& row : v.saved) {
+          EXPECT_EQ(row.measured_bytes, row.model_bytes) << row.what << " (" << row.saved_by << ")";
+        }
+        ASSERT_EQ(v.layers.size(), 3u);
+        for (const LayerSavedRow& row : v.layers) {
+          EXPECT_EQ(row.measured_bytes, model.total_bytes) << "layer " << row.layer;
+          EXPECT_TRUE(row.complete) << "layer " << row.layer;
+        }
+        EXPECT_EQ(v.outside_saved, 0);
+        EXPECT_EQ(v.stack_formula_total, 3 * model.total_bytes);
+        EXPECT_EQ(v.stack_saved_total, v.stack_formula_total);
+      }
+    }
+  }
+}
+
+// Stopped before layer 2's forward: layers 0 and 1 are complete, layer 2 has saved nothing, and
+// the view of the rank's own op shows layer 1, the layer it is in.
+TEST(MemoryView, MidStackTheLaterLayersHaveSavedNothingYet) {
+  const TraceFile t = testing::record_stack("tp-sp", 2, 3);
+  const Snapshot s = snapshot_before(t, [](const TraceEvent& e) {
+    return e.kind == TraceEventKind::op && e.phase == Phase::forward && e.layer == 2;
+  });
+  const ActivationModel model = activation_model(s.config, s.keep_gathered_input);
+  for (int rank : t.meta.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const MemoryView own = memory_view(s, rank, kPanel);
+    EXPECT_EQ(own.layer, 1) << "the layer of the rank's last op";
+    EXPECT_EQ(own.saved_total, model.total_bytes);
+    for (int layer : {0, 1}) {
+      const MemoryView v = memory_view(s, rank, kPanel, layer);
+      EXPECT_EQ(v.saved_total, model.total_bytes) << "layer " << layer;
+      for (const SavedTermRow& row : v.saved) EXPECT_TRUE(row.complete) << row.what;
+    }
+    const MemoryView later = memory_view(s, rank, kPanel, 2);
+    EXPECT_EQ(later.saved_total, 0);
+    ASSERT_EQ(later.saved.size(), model.terms.size());
+    for (const SavedTermRow& row : later.saved) {
+      EXPECT_EQ(row.measured_bytes, 0) << row.what;
+      EXPECT_FALSE(row.complete) << row.what;
+    }
+    ASSERT_EQ(later.layers.size(), 3u);
+    EXPECT_TRUE(later.layers[0].complete);
+    EXPECT_TRUE(later.layers[1].complete);
+    EXPECT_EQ(later.layers[2].measured_bytes, 0);
+    EXPECT_EQ(later.stack_saved_total, 2 * model.total_bytes);
+    EXPECT_EQ(later.stack_formula_total, 3 * model.total_bytes);
+  }
+  EXPECT_THROW(memory_view(s, 0, kPanel, 3), ArgumentError);
+}
+
+// Nothing in a real run saves outside the layers, so an op that did (layer -1, as the loss runs)
+// is planted: it counts in the stack's total, apart from every layer's.
+TEST(MemoryView, WhatIsSavedOutsideTheLayersCountsInTheStacksTotalAlone) {
+  const TraceFile t = testing::record_stack("tp-sp", 2, 3);
+  Snapshot s = end_of_first_forward(t);
+  const double formula = activation_model(s.config, s.keep_gathered_input).total_bytes;
+  TraceEvent outside;
+  outside.kind = TraceEventKind::op;
+  outside.rank = 0;
+  outside.layer = -1;
+  outside.scope = "loss";
+  outside.op = "sub";
+  outside.saved_bytes = 1000;
+  outside.saved_extra_bytes = 200;  // statistics, which the table leaves out
+  s.events.push_back(outside);
+  const MemoryView v = memory_view(s, 0, kPanel, 2);
+  EXPECT_EQ(v.outside_saved, 800);
+  EXPECT_EQ(v.stack_saved_total, 3 * formula + 800);
+  EXPECT_EQ(v.saved_total, formula) << "not layer 2's";
+  for (const LayerSavedRow& row : v.layers) EXPECT_EQ(row.measured_bytes, formula);
+}
+
+// With --recompute the backward runs forward ops again, which save for their own backward: the
+// table stays what the forward saved, the formula, through the whole backward (it grew by every
+// recomputed op's saves before).
+TEST(MemoryView, RecomputedForwardOpsInTheBackwardAreNotTheForwardsSaves) {
+  for (const Recompute recompute : {Recompute::selective, Recompute::full}) {
+    SCOPED_TRACE(recompute_name(recompute));
+    RunOptions o = testing::run_options("tp-sp", 2);
+    o.spec.layer.layers = 2;
+    o.spec.layer.recompute = recompute;
+    const TraceFile t = testing::record_options(o, recompute_name(recompute));
+    // Rank 0's forward ops after its first backward op that save something: the recomputation.
+    int recomputed = 0;
+    bool in_backward = false;
+    for (const TraceEvent& e : t.events) {
+      if (e.kind != TraceEventKind::op || e.rank != 0) continue;
+      in_backward = in_backward || e.phase == Phase::backward;
+      recomputed += in_backward && e.phase == Phase::forward && e.saved_bytes > 0;
+    }
+    EXPECT_GT(recomputed, 0) << "no forward op ran again in the backward";
+    const double formula = activation_model(o.spec.layer, false).total_bytes;
+    Replay r(t);
+    int backward_stops = 0;
+    while (r.step_op()) {
+      const Snapshot s = r.snapshot();
+      const RankStatus& st = s.status[0];
+      if (st.state == RankStatus::State::finished) break;
+      if (st.phase != Phase::backward) continue;
+      ++backward_stops;
+      const MemoryView v = memory_view(s, 0, kPanel);
+      ASSERT_EQ(v.stack_saved_total, 2 * formula) << st.where;
+      for (const LayerSavedRow& row : v.layers) EXPECT_TRUE(row.complete) << st.where;
+    }
+    EXPECT_GT(backward_stops, 20);
   }
 }
 

@@ -240,6 +240,50 @@ TEST(ShardView, BackwardAndGradReduceShowGradients) {
   }
 }
 
+// A stack of 3 stopped at layer 1's all-gather before QKV: the view shows layer 1's module with
+// layer 1's weights (layers.1.*), says so, and with the selector on layer 2, layer 2's weights
+// and that the op is in layer 1.
+TEST(ShardView, AStackShowsTheSelectedLayersParameters) {
+  Replay r(testing::record_stack("tp-sp", 2, 3));
+  Snapshot s;
+  while (r.next_collective()) {
+    s = r.snapshot();
+    if (s.status[0].layer == 1 && s.status[0].scope == "attn.qkv") break;
+  }
+  ASSERT_EQ(s.status[0].layer, 1) << s.status[0].where;
+  const ShardView own = shard_view(s, 0, {900, 600});
+  EXPECT_EQ(own.title.rfind("layer 1: attn.qkv/gather_matmul forward", 0), 0u) << own.title;
+  EXPECT_TRUE(has_note(own, "layer 1 of 3: parameters layers.1.*"));
+  EXPECT_FALSE(has_note(own, "shown: its module in layer"));
+  const LogicalTensorView& w = tensor_named(own, "W_qkv");
+  EXPECT_EQ(w.parameter, "layers.1.attn.qkv.weight");
+  EXPECT_EQ(w.pieces[1].tooltip.rfind("layers.1.attn.qkv.weight\nrank 1: ", 0), 0u)
+      << w.pieces[1].tooltip;
+  EXPECT_EQ(tensor_named(own, "x (ln1 out)").parameter, "") << "an activation";
+
+  const ShardView picked = shard_view(s, 0, {900, 600}, 2);
+  EXPECT_EQ(tensor_named(picked, "W_qkv").parameter, "layers.2.attn.qkv.weight");
+  EXPECT_EQ(tensor_named(picked, "b_qkv").parameter, "layers.2.attn.qkv.bias");
+  EXPECT_TRUE(has_note(picked, "rank 0's op is in layer 1; shown: its module in layer 2"));
+  EXPECT_TRUE(has_note(picked, "layer 2 of 3: parameters layers.2.*"));
+  EXPECT_EQ(tensor_named(shard_view(s, 0, {900, 600}, 0), "W_qkv").parameter,
+            "layers.0.attn.qkv.weight");
+
+  const ShardView none = shard_view(s, 0, {900, 600}, 3);
+  EXPECT_TRUE(none.tensors.empty());
+  EXPECT_TRUE(has_note(none, "no layer 3 in this stack of 3 layers"));
+}
+
+// A single layer keeps the layer's names and says nothing of layers.
+TEST(ShardView, ASingleLayerNamesItsParametersAsTheLayerDoes) {
+  Replay r(record_run("tp-sp", 2));
+  ASSERT_TRUE(r.next_collective());
+  const ShardView v = shard_view(r.snapshot(), 0, {900, 600});
+  EXPECT_EQ(v.title.rfind("attn.qkv/", 0), 0u) << v.title;
+  EXPECT_EQ(tensor_named(v, "W_qkv").parameter, "attn.qkv.weight");
+  EXPECT_FALSE(has_note(v, "layer"));
+}
+
 TEST(ShardView, PieceUnderTheMouse) {
   Replay r(record_run("tp-sp", 4));
   ASSERT_TRUE(r.next_collective());

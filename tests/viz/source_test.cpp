@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "parallel/models/memory_model.h"
 #include "tests/viz/viz_testing.h"
 #include "viz/model/source.h"
 #include "viz/model/view_model.h"
@@ -296,6 +297,62 @@ TEST(LiveSource, PausedRanksSayTheirStepAndPhase) {
     EXPECT_EQ(st.summary, "step 0, forward");
     EXPECT_FALSE(st.final_loss.has_value());
   }
+}
+
+// `shardscope-viz --layers 3 --mode tp-sp --degree 2`: each rank says which layer its op is in,
+// the selector follows it from layer to layer, and the memory and shard panels show that layer.
+TEST(LiveSource, AStackSaysWhichLayerEachRankIsInAndThePanelsFollowIt) {
+  RunOptions o = live_options("tp-sp", 2);
+  o.spec.layer.layers = 3;
+  o.spec.steps = 1;
+  auto source = make_live_source(o);
+  ASSERT_TRUE(source->wait_idle(kLimit));
+  const ActivationModel model = activation_model(o.spec.layer, false);
+  for (int layer = 0; layer < 3; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    if (layer > 0) run_script(*source, "step-layer", kLimit);  // to the layer's first op
+    const Snapshot s = source->snapshot();
+    for (const RankStatus& st : s.status) {
+      EXPECT_EQ(st.layer, layer) << st.where;
+      EXPECT_EQ(st.scope, "ln1") << st.where;
+      EXPECT_EQ(st.summary, "step 0, forward, layer " + std::to_string(layer));
+      EXPECT_EQ(shown_layer(s, st.rank, {}), layer);
+      EXPECT_EQ(shown_layer(s, st.rank, LayerSelection{false, 2}), 2) << "a picked layer stays";
+    }
+    // Paused before the layer's first op: the layers before it have saved their terms.
+    const MemoryView v = memory_view(s, 1, {800, 400});
+    EXPECT_EQ(v.layer, layer);
+    EXPECT_EQ(v.saved_total, 0);
+    for (const LayerSavedRow& row : v.layers) {
+      EXPECT_EQ(row.measured_bytes, row.layer < layer ? model.total_bytes : 0)
+          << "layer " << row.layer;
+    }
+    const ShardView shard = shard_view(s, 1, {900, 600});
+    EXPECT_EQ(shard.title.rfind("layer " + std::to_string(layer) + ": ln1/", 0), 0u) << shard.title;
+  }
+  // The script picks the layer the panels show, and hands it back to the op.
+  LayerSelection view;
+  run_script(*source, "show-layer 2", kLimit, &view);
+  EXPECT_FALSE(view.follow);
+  EXPECT_EQ(view.layer, 2);
+  run_script(*source, "show-layer follow", kLimit, &view);
+  EXPECT_TRUE(view.follow);
+  try {
+    run_script(*source, "show-layer 3", kLimit, &view);
+    FAIL() << "expected ArgumentError";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("0 to 2 (a stack of 3 layers), given '3'"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(run_script(*source, "show-layer", kLimit, &view), ArgumentError);
+  EXPECT_THROW(run_script(*source, "show-layer 1 2", kLimit, &view), ArgumentError);
+  EXPECT_THROW(run_script(*source, "show-layer 1", kLimit), ArgumentError) << "no panels";
+  run_script(*source, "continue", kLimit);
+  const Snapshot end = source->snapshot();
+  EXPECT_TRUE(end.finished) << end.error;
+  EXPECT_EQ(end.error, "");
+  for (const CheckRow& row : end.checks) EXPECT_TRUE(row.passed) << row.name;
 }
 
 }  // namespace

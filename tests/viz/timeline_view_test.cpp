@@ -4,6 +4,7 @@
 // keep the boxes few and inside the panel).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "tests/viz/viz_testing.h"
@@ -126,6 +127,59 @@ TEST(TimelineView, StepZeroTotalsMatchTheCommModel) {
     mismatch = mismatch || (!r.matches && r.kind == "all_gather" && r.phase == "forward");
   }
   EXPECT_TRUE(mismatch);
+}
+
+// A stack of 3: step 0's totals of every layer together match the model's lines of every layer,
+// and each layer's alone match its own lines (the same counts as a single layer's).
+TEST(TimelineView, EachLayerOfAStacksCollectivesMatchItsCommModelLines) {
+  const TraceFile t = testing::record_stack("tp-sp", 2, 3);
+  const Snapshot s = testing::snapshot_at(t);
+  const TimelineView all = timeline_view(s, {}, kPanel);
+  EXPECT_TRUE(all.layer_totals.empty()) << "no layer asked for";
+  std::map<std::string, int> stack_calls;
+  for (const CommTotalRow& r : all.totals) {
+    if (!r.modelled) continue;
+    EXPECT_TRUE(r.matches) << r.kind << " " << r.phase << " " << r.purpose << ": " << r.calls_text;
+    stack_calls[r.kind + " " + r.phase + " " + r.purpose] = r.calls;
+  }
+  EXPECT_EQ(stack_calls.size(), 5u) << "gathers and scatters both ways, the gradients' all-reduce";
+  std::map<std::string, int> summed;
+  for (int layer = 0; layer < 3; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    TimelineViewport viewport;
+    viewport.layer = layer;
+    const TimelineView v = timeline_view(s, viewport, kPanel);
+    EXPECT_EQ(v.totals.size(), all.totals.size()) << "the stack's table stays";
+    ASSERT_EQ(v.layer_totals.size(), 5u) << "no loss or check rows in a layer";
+    for (const CommTotalRow& r : v.layer_totals) {
+      const std::string what = r.kind + " " + r.phase + " " + r.purpose;
+      EXPECT_TRUE(r.modelled) << what;
+      EXPECT_TRUE(r.matches) << what << ": " << r.calls_text << ", " << r.bytes << " B of "
+                             << r.model_bytes;
+      EXPECT_GT(r.calls, 0) << what;
+      summed[what] += r.calls;
+    }
+  }
+  EXPECT_EQ(summed, stack_calls);
+  // Stopped before layer 2's forward: layer 0's forward calls are all there, layer 2's none.
+  std::vector<std::size_t> visible(t.meta.ranks.size(), 0);
+  std::vector<bool> stopped(t.meta.ranks.size(), false);
+  for (const TraceEvent& e : t.events) {
+    const auto r = static_cast<std::size_t>(e.rank);
+    stopped[r] = stopped[r] || (e.kind == TraceEventKind::op && e.layer == 2);
+    if (!stopped[r]) ++visible[r];
+  }
+  const Snapshot mid = snapshot_of_trace(t, config_of_trace(t), false, visible);
+  for (int layer : {0, 2}) {
+    TimelineViewport viewport;
+    viewport.layer = layer;
+    for (const CommTotalRow& r : timeline_view(mid, viewport, kPanel).layer_totals) {
+      if (r.phase != "forward") continue;
+      const std::string what = "layer " + std::to_string(layer) + " " + r.kind + " " + r.phase;
+      EXPECT_EQ(r.calls, layer == 0 ? r.model_calls : 0) << what;
+      EXPECT_EQ(r.model_color, layer == 0 ? theme::kPassed : theme::kPending) << what;
+    }
+  }
 }
 
 // Issue 19: the loss and check rows showed "n/0" and a green "0 B" model; `shardscope run`

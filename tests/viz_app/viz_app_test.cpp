@@ -207,6 +207,135 @@ TEST(VizApp, ReplaysARecordedTrace) {
   }
 }
 
+// Pixels that differ between two screenshots of the same size inside `r`.
+int differing_pixels(const Png& a, const Png& b, const Region& r) {
+  int n = 0;
+  for (int y = r.y0; y < r.y1 && y < a.height; ++y) {
+    for (int x = r.x0; x < r.x1 && x < a.width; ++x) {
+      n += !std::equal(a.at(x, y), a.at(x, y) + 3, b.at(x, y));
+    }
+  }
+  return n;
+}
+
+// `shardscope-viz --layers 3 --mode tp-sp --degree 2`: a live stack steps into its second layer
+// and every panel draws. The memory panel's table (its right half: no clock in it) shows the
+// layer the rank is in, layer 1, unless the script picked another.
+TEST(VizApp, ALiveStackDrawsEveryPanelAndTheScriptPicksTheLayer) {
+  require_display();
+  auto run = [](const std::string& pick) {
+    return run_viz({"--mode", "tp-sp", "--degree", "2", "--layers", "3", "--script",
+                    "step-layer; next-collective" + pick});
+  };
+  const VizRun r = run("");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_every_panel_drawn(r);
+  const Region shard = r.panels.at("Shard layout");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GT(count_color(r.png, shard, theme::rank_color(rank)), 100) << "rank " << rank;
+  }
+  const VizRun one = run("; show-layer 1"), two = run("; show-layer 2");
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(two.code, 0) << two.err;
+  Region table = r.panels.at("Memory");
+  table.x0 = (table.x0 + table.x1) / 2;
+  EXPECT_EQ(differing_pixels(r.png, one.png, table), 0) << "layer 1 is the one followed";
+  EXPECT_GT(differing_pixels(r.png, two.png, table), 200) << "show-layer 2 showed layer 1";
+}
+
+TEST(VizApp, AShowLayerOutsideTheStackIsExitCodeTwo) {
+  std::ostringstream out, err;
+  const char* argv[] = {"shardscope-viz", "--mode",       "tp",         "--degree",     "2",
+                        "--script",       "show-layer 1", "--headless", "--screenshot", "x.png"};
+  EXPECT_EQ(viz_main(10, argv, out, err), 2);
+  EXPECT_NE(err.str().find("0 to 0 (a stack of 1 layer), given '1'"), std::string::npos)
+      << err.str();
+}
+
+// The layer selector in the window: it follows the focused rank's layer as 'l' steps the replay
+// of a stack from layer to layer; a picked layer stays, and the shard and memory panels draw it.
+TEST(VizApp, TheLayerSelectorFollowsTheStepsUntilALayerIsPicked) {
+  require_display();
+  RunOptions o;
+  o.spec.layer.mode = ParallelMode::tp_sp;
+  o.spec.layer.degree = 2;
+  o.spec.layer.layers = 3;
+  o.spec.steps = 1;
+  o.trace_path = temp_name("trace.json");
+  std::ostringstream log;
+  run_layer(o, log);
+  const std::unique_ptr<Source> source = make_replay_source(o.trace_path);
+  std::remove(o.trace_path.c_str());
+  Window window("layers", 1280, 800, true);
+  VizUi ui(*source);
+  Image image;
+  auto frame = [&](int key) {
+    ImGuiIO& io = ImGui::GetIO();
+    if (key) io.KeysDown[key] = true;
+    window.begin_frame();
+    ui.frame(1280, 800);
+    window.end_frame(&image);
+    if (key) io.KeysDown[key] = false;
+  };
+  // Follows: 's' steps every rank one op, 'l' to its first op of another layer or phase.
+  std::vector<int> followed;
+  auto step_and_follow = [&]() {
+    frame('L');
+    frame(0);
+    const RankStatus& st = ui.snapshot().status[0];
+    if (st.layer < 0) return;
+    EXPECT_EQ(ui.state().layer.layer, st.layer) << st.where;
+    if (followed.empty() || followed.back() != st.layer) followed.push_back(st.layer);
+  };
+  frame(0);
+  frame('S');  // the first op: layer 0's
+  frame(0);
+  ASSERT_EQ(ui.snapshot().status[0].layer, 0) << ui.snapshot().status[0].where;
+  EXPECT_EQ(ui.state().layer.layer, 0);
+  followed.push_back(0);
+  while (followed.size() < 2 && !ui.snapshot().finished) step_and_follow();
+  ASSERT_EQ(followed, (std::vector<int>{0, 1})) << "the forward's first two layers";
+  // Picked: layer 0 (saved) and layer 2 (nothing yet) draw differently, and a step keeps it.
+  auto panel_pixels_differ = [&](const Image& a, const Image& b, const std::string& name) {
+    for (const PanelRegion& p : ui.regions()) {
+      if (p.name != name) continue;
+      std::size_t differ = 0;
+      for (int y = static_cast<int>(p.rect.y0); y < static_cast<int>(p.rect.y1); ++y) {
+        for (int x = static_cast<int>(p.rect.x0); x < static_cast<int>(p.rect.x1); ++x) {
+          const std::size_t i =
+              (static_cast<std::size_t>(y) * 1280 + static_cast<std::size_t>(x)) * 4;
+          differ += a.rgba[i] != b.rgba[i] || a.rgba[i + 1] != b.rgba[i + 1];
+        }
+      }
+      return differ;
+    }
+    return std::size_t{0};
+  };
+  ui.state().layer = {false, 0};
+  frame(0);
+  frame(0);
+  const Image layer0 = image;
+  ui.state().layer = {false, 2};
+  frame(0);
+  frame(0);
+  EXPECT_EQ(ui.state().layer.layer, 2);
+  // Only the layer's number differs there: its note, "layer 2 of 3: parameters layers.2.*".
+  EXPECT_GT(panel_pixels_differ(image, layer0, "Shard layout"), 20u) << "layers 0 and 2 alike";
+  EXPECT_GT(panel_pixels_differ(image, layer0, "Memory"), 50u) << "layers 0 and 2 alike";
+  // The collectives' table of the layer: layer 0's forward calls all made, layer 2's none yet.
+  EXPECT_GT(panel_pixels_differ(image, layer0, "Collectives"), 50u) << "layers 0 and 2 alike";
+  frame('L');
+  frame(0);
+  EXPECT_EQ(ui.state().layer.layer, 2) << "a picked layer stays as the ranks step";
+  EXPECT_EQ(ui.snapshot().status[0].layer, 2) << ui.snapshot().status[0].where;
+  // Following again, through the rest of the run.
+  ui.state().layer.follow = true;
+  for (int i = 0; i < 12 && !ui.snapshot().finished; ++i) step_and_follow();
+  EXPECT_EQ(followed.front(), 0);
+  EXPECT_NE(std::find(followed.begin(), followed.end(), 2), followed.end()) << "never layer 2";
+  EXPECT_GE(followed.size(), 4u) << "the backward's layers were not followed";
+}
+
 TEST(VizApp, LargeSyntheticTraceStillDraws) {
   require_display();
   const VizRun r = run_viz({"--synthetic", "8,100000", "--script", "continue"});

@@ -1,9 +1,8 @@
 // The panels: ImGui calls only. Every shape comes from the view model; this file picks the
 // panel rectangles, turns view-model coordinates into screen coordinates and handles input.
 //
-// Index: layout | Keys and the help overlay | Controls | Shard layout | Tensor inspector |
-// Collectives |
-//        Memory | Check
+// Index: layout | Keys and the help overlay | Controls (and the layer selector) | Shard layout |
+//        Tensor inspector | Collectives | Memory | Check
 #include "viz/app/panels.h"
 
 #define GLFW_INCLUDE_NONE
@@ -58,6 +57,9 @@ void VizUi::refresh() {
 
 void VizUi::frame(float width, float height) {
   refresh();
+  // The layer selector follows the focused rank's op (as it steps, or another rank is clicked)
+  // unless a layer was picked.
+  state_.layer.layer = shown_layer(snapshot_, state_.rank, state_.layer);
   regions_.clear();
   const float left = std::floor(width * 0.22f), mid = std::floor(width * 0.62f);
   const float top = std::floor(height * 0.50f), low = std::floor(height * 0.74f);
@@ -156,12 +158,14 @@ std::optional<std::size_t> VizUi::latest_collective() const {
 void VizUi::controls(const Rect& r) {
   if (begin_panel("Controls", r)) {
     ImGui::TextWrapped("%s", snapshot_.source.c_str());
-    ImGui::TextColored(to_float4(theme::kTextDim), "%s, t=%d, s=%lld b=%lld h=%lld a=%lld",
+    const std::string stack =
+        snapshot_.config.layers > 1 ? " L=" + std::to_string(snapshot_.config.layers) : "";
+    ImGui::TextColored(to_float4(theme::kTextDim), "%s, t=%d, s=%lld b=%lld h=%lld a=%lld%s",
                        mode_name(snapshot_.config.mode), snapshot_.config.degree,
                        static_cast<long long>(snapshot_.config.seq),
                        static_cast<long long>(snapshot_.config.batch),
                        static_cast<long long>(snapshot_.config.hidden),
-                       static_cast<long long>(snapshot_.config.heads));
+                       static_cast<long long>(snapshot_.config.heads), stack.c_str());
     ImGui::Separator();
     const bool idle = source_.idle();
     // The buttons and their keys come from one table (viz/model/controls.h): two a row.
@@ -202,6 +206,7 @@ void VizUi::controls(const Rect& r) {
       ImGui::TextWrapped("incomplete trace: %s", snapshot_.warning.c_str());
       ImGui::PopStyleColor();
     }
+    layer_selector();
     ImGui::Separator();
     ImGui::Text("Ranks (click one to show its op)");
     for (const RankStatus& st : snapshot_.status) {
@@ -224,13 +229,33 @@ void VizUi::controls(const Rect& r) {
   ImGui::End();
 }
 
+// A stack's layer for the shard layout, memory and collectives' layer table: the focused rank's
+// (follow op) or one picked on the slider. Not drawn for a single layer.
+void VizUi::layer_selector() {
+  const int layers = snapshot_.config.layers;
+  if (layers <= 1) return;
+  ImGui::Separator();
+  ImGui::Text("Layer shown (shard layout, memory)");
+  ImGui::Checkbox("follow op##layer", &state_.layer.follow);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1);
+  const std::string format = "layer %d of " + std::to_string(layers);
+  int layer = state_.layer.layer;
+  if (ImGui::SliderInt("##layer", &layer, 0, layers - 1, format.c_str()) &&
+      layer != state_.layer.layer) {
+    state_.layer.layer = std::clamp(layer, 0, layers - 1);
+    state_.layer.follow = false;
+  }
+}
+
 // ---- Shard layout ------------------------------------------------------------------------------
 
 void VizUi::shard_layout(const Rect& r) {
   if (begin_panel("Shard layout", r)) {
     const ShardView& v =
-        cached(shard_cache_, std::to_string(state_.rank), size_below_a_line(),
-               [&](PanelSize size) { return shard_view(snapshot_, state_.rank, size); });
+        cached(shard_cache_, layer_key(), size_below_a_line(), [&](PanelSize size) {
+          return shard_view(snapshot_, state_.rank, size, state_.layer.layer);
+        });
     ImGui::TextUnformatted(v.title.c_str());
     Canvas c = begin_canvas();
     for (const LogicalTensorView& t : v.tensors) {
@@ -329,10 +354,11 @@ void VizUi::collectives(const Rect& r) {
     viewport.selected = selected_collective();
     viewport.begin_us = state_.time_begin;
     viewport.end_us = state_.time_end;
-    char key[96];
-    std::snprintf(key, sizeof key, "%lld|%.3f|%.3f",
+    if (snapshot_.config.layers > 1) viewport.layer = state_.layer.layer;
+    char key[112];
+    std::snprintf(key, sizeof key, "%lld|%.3f|%.3f|%d",
                   viewport.selected ? static_cast<long long>(*viewport.selected) : -1LL,
-                  viewport.begin_us, viewport.end_us);
+                  viewport.begin_us, viewport.end_us, viewport.layer.value_or(-1));
     const TimelineView& v = cached(timeline_cache_, key, c.size, [&](PanelSize size) {
       return timeline_view(snapshot_, viewport, size);
     });
@@ -362,31 +388,44 @@ void VizUi::collectives(const Rect& r) {
     ImGui::EndChild();
     ImGui::SameLine();
     ImGui::BeginChild("totals");
-    ImGui::Text("step 0 per rank, measured vs model");
-    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
-                                  ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
-    if (ImGui::BeginTable("comm", 4, flags)) {
-      ImGui::TableSetupColumn("call");
-      ImGui::TableSetupColumn("n");
-      ImGui::TableSetupColumn("bytes");
-      ImGui::TableSetupColumn("model");
-      ImGui::TableHeadersRow();
-      for (const CommTotalRow& row : v.totals) {
-        ImGui::TableNextRow();
-        ImGui::TableNextColumn();
-        ImGui::Text("%s %s %s", row.kind.c_str(), row.phase.c_str(), row.purpose.c_str());
-        ImGui::TableNextColumn();
-        ImGui::TextUnformatted(row.calls_text.c_str());
-        ImGui::TableNextColumn();
-        ImGui::Text("%s", byte_size_text(row.bytes).c_str());
-        ImGui::TableNextColumn();
-        ImGui::TextColored(to_float4(row.model_color), "%s", row.model_text.c_str());
-      }
-      ImGui::EndTable();
+    if (viewport.layer) {
+      // The stack's table in the upper half, the selected layer's below it.
+      ImGui::Text("step 0 per rank, all %d layers, measured vs model", snapshot_.config.layers);
+      const float half = std::floor(ImGui::GetContentRegionAvail().y * 0.5f);
+      comm_table("comm", v.totals, half);
+      ImGui::Text("layer %d", *viewport.layer);
+      comm_table("comm_layer", v.layer_totals, 0);
+    } else {
+      ImGui::Text("step 0 per rank, measured vs model");
+      comm_table("comm", v.totals, 0);
     }
     ImGui::EndChild();
   }
   ImGui::End();
+}
+
+// One table of collectives against the model; height 0: the rest of the child window.
+void VizUi::comm_table(const char* id, const std::vector<CommTotalRow>& rows, float height) {
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
+  if (!ImGui::BeginTable(id, 4, flags, ImVec2(0, height))) return;
+  ImGui::TableSetupColumn("call");
+  ImGui::TableSetupColumn("n");
+  ImGui::TableSetupColumn("bytes");
+  ImGui::TableSetupColumn("model");
+  ImGui::TableHeadersRow();
+  for (const CommTotalRow& row : rows) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%s %s %s", row.kind.c_str(), row.phase.c_str(), row.purpose.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(row.calls_text.c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%s", byte_size_text(row.bytes).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextColored(to_float4(row.model_color), "%s", row.model_text.c_str());
+  }
+  ImGui::EndTable();
 }
 
 // ---- Memory ------------------------------------------------------------------------------------
@@ -396,9 +435,9 @@ void VizUi::memory(const Rect& r) {
     const float table_width = std::floor(r.width() * 0.5f);
     ImGui::BeginChild("charts", ImVec2(r.width() - table_width - 24, 0));
     Canvas c = begin_canvas();
-    const MemoryView& v =
-        cached(memory_cache_, std::to_string(state_.rank), c.size,
-               [&](PanelSize size) { return memory_view(snapshot_, state_.rank, size); });
+    const MemoryView& v = cached(memory_cache_, layer_key(), c.size, [&](PanelSize size) {
+      return memory_view(snapshot_, state_.rank, size, state_.layer.layer);
+    });
     for (const MemoryChart& chart : v.charts) {
       fill(c, chart.frame, theme::kPanelBackground);
       for (const auto& [rect, color] : chart.segments) fill(c, rect, color);
@@ -410,12 +449,25 @@ void VizUi::memory(const Rect& r) {
     ImGui::EndChild();
     ImGui::SameLine();
     ImGui::BeginChild("saved");
-    ImGui::TextWrapped("rank %d saved activations: %s of %s (%s)", state_.rank,
-                       byte_size_text(v.saved_total).c_str(),
-                       byte_size_text(v.formula_total).c_str(), v.formula.c_str());
+    const int layers = snapshot_.config.layers;
+    if (layers > 1) {
+      ImGui::TextWrapped("rank %d, layer %d of %d, saved activations: %s of %s (%s)", state_.rank,
+                         v.layer, layers, byte_size_text(v.saved_total).c_str(),
+                         byte_size_text(v.formula_total).c_str(), v.formula.c_str());
+    } else {
+      ImGui::TextWrapped("rank %d saved activations: %s of %s (%s)", state_.rank,
+                         byte_size_text(v.saved_total).c_str(),
+                         byte_size_text(v.formula_total).c_str(), v.formula.c_str());
+    }
     const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                   ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
-    if (ImGui::BeginTable("terms", 4, flags)) {
+    // In a stack the layer's terms take the upper part, every layer's totals the rest.
+    const float line = ImGui::GetTextLineHeightWithSpacing();
+    const float terms_height =
+        layers > 1 ? std::max(3 * line, ImGui::GetContentRegionAvail().y -
+                                            line * static_cast<float>(3 + std::min(layers, 4)))
+                   : 0.0f;
+    if (ImGui::BeginTable("terms", 4, flags, ImVec2(0, terms_height))) {
       ImGui::TableSetupColumn("term");
       ImGui::TableSetupColumn("formula");
       ImGui::TableSetupColumn("model");
@@ -435,9 +487,45 @@ void VizUi::memory(const Rect& r) {
       }
       ImGui::EndTable();
     }
+    if (layers > 1) stack_memory(v);
     ImGui::EndChild();
   }
   ImGui::End();
+}
+
+// A stack's saved activations: the total beside L times the formula, then each layer's.
+void VizUi::stack_memory(const MemoryView& v) {
+  const int layers = snapshot_.config.layers;
+  ImGui::Text("stack: %s of %d x %s = %s", byte_size_text(v.stack_saved_total).c_str(), layers,
+              byte_size_text(v.formula_total).c_str(),
+              byte_size_text(v.stack_formula_total).c_str());
+  if (v.outside_saved > 0) {
+    ImGui::SameLine();
+    ImGui::TextColored(to_float4(theme::kWarning), "(%s outside the layers)",
+                       byte_size_text(v.outside_saved).c_str());
+  }
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_ScrollY;
+  if (!ImGui::BeginTable("layers", 3, flags)) return;
+  ImGui::TableSetupColumn("layer");
+  ImGui::TableSetupColumn("model");
+  ImGui::TableSetupColumn("measured");
+  ImGui::TableHeadersRow();
+  for (const LayerSavedRow& row : v.layers) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    if (row.layer == v.layer) {
+      ImGui::TextColored(to_float4(theme::kSelection), "%d (shown)", row.layer);
+    } else {
+      ImGui::Text("%d", row.layer);
+    }
+    ImGui::TableNextColumn();
+    ImGui::Text("%s", byte_size_text(row.model_bytes).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextColored(to_float4(row.complete ? theme::kPassed : theme::kPending), "%s",
+                       byte_size_text(row.measured_bytes).c_str());
+  }
+  ImGui::EndTable();
 }
 
 // ---- Check -------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 // VizUi: the visualizer's panels, drawn with Dear ImGui from the view model (viz/model). Every
 // panel asks the view model what to draw for its size and only walks the lists it gets back;
-// what the person selects (rank, collective, tensor) lives in UiState.
+// what the person selects (rank, collective, tensor, a stack's layer) lives in UiState.
 //
 // Panels, left to right and top to bottom (a fixed layout, the same on every start):
 //   Controls           step op / next collective / step layer / continue / pause, breakpoints,
-//                      every rank's state and op
+//                      a stack's layer selector, every rank's state and op
 //   Shard layout       the current op's logical tensors with each rank's shard in place
 //   Tensor inspector   a heat map of the paused op's inputs and output, or of a layer tensor,
 //                      full or one rank's shard
@@ -31,6 +31,9 @@ struct PanelRegion {
 
 struct UiState {
   int rank = 0;  // whose current op the shard panel shows
+  // The stack's layer the shard and memory panels show (and the collectives' layer table):
+  // following the rank's op unless a layer was picked; layer is kept as shown_layer says.
+  LayerSelection layer;
   // The clicked collective by identity (its rank and start time): event indices move as new
   // events are sorted in. Unset: the rank's latest collective is shown.
   std::optional<std::pair<int, double>> collective;
@@ -70,10 +73,13 @@ class VizUi {
   void keys();  // the controls' keyboard shortcuts and the help key
   void help_overlay(float width, float height);
   void controls(const Rect& r);
+  void layer_selector();  // a stack's: in Controls
   void shard_layout(const Rect& r);
   void tensor_inspector(const Rect& r);
   void collectives(const Rect& r);
+  void comm_table(const char* id, const std::vector<CommTotalRow>& rows, float height);
   void memory(const Rect& r);
+  void stack_memory(const MemoryView& v);
   void check(const Rect& r);
   // Opens a fixed panel window at r; false when it is collapsed (nothing to draw).
   bool begin_panel(const char* name, const Rect& r);
@@ -88,6 +94,10 @@ class VizUi {
   template <class View, class Build>
   const View& cached(Cached<View>& cache, const std::string& selection, PanelSize size,
                      Build build);
+  // The selection the shard and memory views are built for: the rank and the layer shown.
+  std::string layer_key() const {
+    return std::to_string(state_.rank) + "@" + std::to_string(state_.layer.layer);
+  }
 
   Cached<ShardView> shard_cache_;
   Cached<std::optional<HeatMap>> heat_cache_;

@@ -141,7 +141,7 @@ int viz_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
                  "replay a generated trace of RANKS,EVENTS (benchmarks)");
   app.add_option("--script", f.script,
                  "commands before the first frame: \"step 40; next-collective; step-layer; "
-                 "continue; break phase backward\"");
+                 "continue; break phase backward; show-layer 1\"");
   app.add_flag("--headless", f.headless,
                "draw without showing a window (needs --screenshot or "
                "--bench-frames; still needs a display, e.g. xvfb-run)");
@@ -190,8 +190,11 @@ int viz_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     err << "shardscope-viz: " << e.what() << "\n";
     return 1;
   }
+  LayerSelection layer;  // what the script's show-layer picks, for the panels
   try {
-    if (!f.script.empty()) run_script(*source, f.script, std::chrono::seconds(f.script_limit_s));
+    if (!f.script.empty()) {
+      run_script(*source, f.script, std::chrono::seconds(f.script_limit_s), &layer);
+    }
   } catch (const ArgumentError& e) {
     err << "shardscope-viz: --script: " << e.what() << "\n";
     return 2;
@@ -202,6 +205,7 @@ int viz_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   try {
     Window window("shardscope-viz", f.width, f.height, f.headless);
     VizUi ui(*source);
+    ui.state().layer = layer;
     if (f.bench_frames > 0) {
       bench(window, ui, f.bench_frames, f.bench_rebuild, out);
     } else if (f.headless) {

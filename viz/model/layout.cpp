@@ -70,10 +70,12 @@ ModuleTensor weight(std::string name, std::string parameter, Shape global, Place
 }
 
 // A parameter as the declaration has it (parallel/layers/layer_decl.h): its symbol, shape, dim
-// names and, in this mode, its placement.
+// names and, in this mode, its placement; named as the stack names layer config.layer's
+// ("layers.1.attn.qkv.weight"; "attn.qkv.weight" in a stack of one).
 ModuleTensor param(const Sizes& z, const std::string& parameter) {
   const decl::Param p = decl::parameter(z.config, parameter);
-  return weight(p.decl->symbol, p.name, p.shape, decl::placement(*p.decl, z.config), p.dims);
+  return weight(p.decl->symbol, decl::stack_name(z.config, p.name), p.shape,
+                decl::placement(*p.decl, z.config), p.dims);
 }
 
 // The parameters the module declares, in the declared order.
@@ -343,8 +345,22 @@ std::vector<ModuleTensor> grad_reduce(const Sizes& z) {
   return v;
 }
 
+// Under recomputation (LayerConfig::recompute), the checkpoint op that runs the recomputed
+// modules and keeps only their inputs: attn.core (selective) reads Q, K and V and writes the
+// context; the layer's (full) reads the layer's input and writes its output.
+std::vector<ModuleTensor> checkpoint(const Sizes& z) {
+  if (z.config.recompute == Recompute::full) {
+    return {act(z, "x (layer input)", "reads"), act(z, "y (layer output)", "writes")};
+  }
+  return {heads_tensor(z, "q", "reads", false),
+          grouped(z) ? kv_tensor(z, "k", "reads") : heads_tensor(z, "k", "reads", false),
+          grouped(z) ? kv_tensor(z, "v", "reads") : heads_tensor(z, "v", "reads", false),
+          heads_tensor(z, "context", "writes", false)};
+}
+
 std::vector<ModuleTensor> tensors_of(const Sizes& z, const std::string& scope) {
   const decl::Modules& m = decl::layer(z.config);
+  if (m.recompute && scope == m.recompute->scope) return checkpoint(z);
   if (scope == m.ln1.scope) return norm(z, m.ln1, "x (layer input)");
   if (scope == m.qkv.scope) return column_linear(z, m.qkv, "x (ln1 out)", "qkv");
   if (scope == m.heads.scope) return heads_split(z);

@@ -17,10 +17,12 @@ namespace shardscope::viz {
 
 // One logical tensor of a module.
 struct ModuleTensor {
-  std::string name;       // "x (ln1 out)", "W_qkv", "qkv", "scores"
-  std::string role;       // "reads" or "writes"
-  bool weight = false;    // a parameter (or, in grad_reduce, a parameter's gradient)
-  std::string parameter;  // the parameter's name for a weight ("attn.qkv.weight"), else ""
+  std::string name;     // "x (ln1 out)", "W_qkv", "qkv", "scores"
+  std::string role;     // "reads" or "writes"
+  bool weight = false;  // a parameter (or, in grad_reduce, a parameter's gradient)
+  // A weight's parameter as the stack names it ("attn.qkv.weight"; in a stack of L > 1 layers,
+  // "layers.1.attn.qkv.weight" for layer 1), else "".
+  std::string parameter;
   // A reshaped, permuted or chunked view that only lives between two ops of the module (the
   // head split and merge). Listed so every op's shapes are accounted for; the shard view leaves
   // these out to keep the picture to the tensors the papers draw.
@@ -40,8 +42,10 @@ std::vector<std::string> module_scopes(const LayerConfig& config);
 // Whether `scope` is a module of a layer of any configuration (decl::known_scopes).
 bool has_module_layout(const std::string& scope);
 
-// The layout of `scope` for config.mode at config.degree (single: degree 1, all Replicate).
-// Throws ArgumentError naming the scope and the known ones when `scope` is not a module.
+// The layout of `scope` for config.mode at config.degree (single: degree 1, all Replicate), in
+// layer config.layer of the stack (every layer's is the same but for its parameters' names:
+// pass stack_layer(config, i) for layer i). Throws ArgumentError naming the scope and the known
+// ones when `scope` is not a module.
 ModuleLayout module_layout(const LayerConfig& config, const std::string& scope);
 
 // "[4, 2, 32]" (TraceEvent's shape text) -> Shape; "[]" is a scalar. Throws ArgumentError

@@ -291,6 +291,7 @@ Snapshot LiveSource::snapshot() {
       st.op = stop->op;
       st.scope = stop->scope;
       st.phase = stop->phase;
+      st.layer = stop->layer;
       st.step = stop->step;
       st.seq = stop->seq;
       st.inputs = shape_strings(stop->inputs);
@@ -308,7 +309,9 @@ Snapshot LiveSource::snapshot() {
       st.where = "running since " + stop->str();
     }
     if (st.where.empty()) st.where = rank_state_name(st.state);
-    if (st.state != LiveSession::RankState::finished) st.summary = step_phase_text(st);
+    if (st.state != LiveSession::RankState::finished) {
+      st.summary = step_phase_text(st, o.spec.layer.layers);
+    }
     s.status.push_back(std::move(st));
   }
   copy_values();

@@ -1,12 +1,15 @@
 // The memory panel: per rank a chart of live bytes by category over time from the memory
 // counters (stacked columns, at most one per pixel, each the highest moment it covers), the
 // rank's peak; and the chosen rank's saved activations of the current step's forward beside the
-// terms of the paper's formula, matched to their saving ops as the ledger's measurement is.
+// terms of the paper's formula, matched to their saving ops as the ledger's measurement is: in a
+// stack, one layer's term by term, each layer's total, and the stack's beside L times the formula.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 
+#include "autograd/errors.h"
 #include "viz/model/view_model.h"
 
 namespace shardscope::viz {
@@ -165,37 +168,78 @@ std::int64_t current_step(const Snapshot& s, int rank) {
   return step;
 }
 
-// The saved activations (extras apart) of `rank`'s forward slices in its current step, by site.
-// Read from the end: a rank's steps only go up, so its first event of an earlier step ends it.
-std::vector<SavedAt> saved_sites(const Snapshot& s, int rank) {
+// The saved activations (extras apart) of `rank`'s forward slices in its current step, by the
+// layer they ran in (-1: outside every layer) and site. Read from the end: a rank's steps only go
+// up, so its first event of an earlier step ends it. Forward slices after the step's first
+// backward op are recomputations (--recompute), which save for their own backward, not the
+// forward's: they are left out.
+std::map<int, std::vector<SavedAt>> saved_sites(const Snapshot& s, int rank) {
   const std::int64_t step = current_step(s, rank);
-  std::vector<SavedAt> sites;
-  for (auto e = s.events.rbegin(); e != s.events.rend(); ++e) {
-    if (e->rank == rank && e->step < step) break;
-    if (e->kind != TraceEventKind::op || e->rank != rank || e->phase != Phase::forward ||
-        e->step != step || e->layer != s.config.layer) {
-      continue;
-    }
+  auto of_step = [&](const TraceEvent& e) {
+    return e.kind == TraceEventKind::op && e.rank == rank && e.step == step;
+  };
+  std::size_t backward_from = s.events.size();  // the index of the step's first backward op
+  for (std::size_t i = s.events.size(); i-- > 0;) {
+    const TraceEvent& e = s.events[i];
+    if (e.rank == rank && e.step < step) break;
+    if (of_step(e) && e.phase == Phase::backward) backward_from = i;
+  }
+  std::map<int, std::vector<SavedAt>> by_layer;
+  for (std::size_t i = backward_from; i-- > 0;) {
+    const TraceEvent& e = s.events[i];
+    if (e.rank == rank && e.step < step) break;
+    if (!of_step(e) || e.phase != Phase::forward) continue;
     const auto bytes =
-        static_cast<double>(e->saved_bytes - std::min(e->saved_extra_bytes, e->saved_bytes));
+        static_cast<double>(e.saved_bytes - std::min(e.saved_extra_bytes, e.saved_bytes));
+    std::vector<SavedAt>& sites = by_layer[e.layer];
     auto it = std::find_if(sites.begin(), sites.end(), [&](const SavedAt& site) {
-      return site.scope == e->scope && site.op == e->op;
+      return site.scope == e.scope && site.op == e.op;
     });
     if (it == sites.end()) {
-      sites.push_back({e->scope, e->op, bytes});
+      sites.push_back({e.scope, e.op, bytes});
     } else {
       it->bytes += bytes;
     }
   }
-  std::reverse(sites.begin(), sites.end());  // in the order the ops saved
-  return sites;
+  for (auto& [layer, sites] : by_layer) {
+    std::reverse(sites.begin(), sites.end());  // in the order the ops saved
+  }
+  return by_layer;
 }
 
-void saved_table(const Snapshot& s, int rank, MemoryView& v) {
+double bytes_of(const std::vector<SavedAt>& sites) {
+  double bytes = 0;
+  for (const SavedAt& site : sites) bytes += site.bytes;
+  return bytes;
+}
+
+// Layer `layer`'s terms beside the formula (every layer's model is the same), then each layer's
+// total and the stack's beside L times the formula.
+void saved_table(const Snapshot& s, int rank, int layer, MemoryView& v) {
   const ActivationModel model = activation_model(s.config, s.keep_gathered_input);
+  const std::map<int, std::vector<SavedAt>> sites = saved_sites(s, rank);
+  const std::vector<SavedAt> none;
+  auto sites_of = [&](int l) -> const std::vector<SavedAt>& {
+    const auto it = sites.find(l);
+    return it == sites.end() ? none : it->second;
+  };
+  const int layers = std::max(1, s.config.layers);
+  v.layer = layer;
   v.formula = model.formula;
   v.formula_total = model.total_bytes;
-  for (const MeasuredTerm& t : measure_sites(model, saved_sites(s, rank))) {
+  for (int l = 0; l < layers; ++l) {
+    LayerSavedRow row;
+    row.layer = l;
+    row.measured_bytes = bytes_of(sites_of(l));
+    row.model_bytes = model.total_bytes;
+    row.complete = row.model_bytes > 0 && row.measured_bytes == row.model_bytes;
+    v.stack_saved_total += row.measured_bytes;
+    v.layers.push_back(row);
+  }
+  v.outside_saved = bytes_of(sites_of(-1));
+  v.stack_saved_total += v.outside_saved;
+  v.stack_formula_total = static_cast<double>(layers) * model.total_bytes;
+  for (const MeasuredTerm& t : measure_sites(model, sites_of(layer))) {
     SavedTermRow row;
     row.what = t.what;
     row.saved_by = t.scope.empty() ? t.op : t.scope + "/" + t.op;
@@ -210,7 +254,13 @@ void saved_table(const Snapshot& s, int rank, MemoryView& v) {
 
 }  // namespace
 
-MemoryView memory_view(const Snapshot& s, int rank, PanelSize size) {
+MemoryView memory_view(const Snapshot& s, int rank, PanelSize size, std::optional<int> layer) {
+  const int shown = layer ? *layer : shown_layer(s, rank, {});
+  if (shown < 0 || shown >= std::max(1, s.config.layers)) {
+    throw ArgumentError("memory_view: no layer " + std::to_string(shown) + " in a stack of " +
+                        std::to_string(s.config.layers) + " layers (0 to " +
+                        std::to_string(s.config.layers - 1) + ")");
+  }
   MemoryView v;
   const float pad = theme::kPanelPadding;
   float x = pad;
@@ -245,7 +295,7 @@ MemoryView memory_view(const Snapshot& s, int rank, PanelSize size) {
     const float y0 = top + static_cast<float>(i) * (height + theme::kLaneGap);
     v.charts.push_back(chart_of(counters[i], ranks[i], Rect{x0, y0, x1, y0 + height}, scale));
   }
-  saved_table(s, rank, v);
+  saved_table(s, rank, shown, v);
   return v;
 }
 

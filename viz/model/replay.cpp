@@ -234,12 +234,17 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
       st.op = e->op;
       st.scope = e->scope;
       st.phase = e->phase;
+      st.layer = e->layer;
       st.step = e->step;
       st.seq = e->seq;
       st.placement = e->placement;
       st.inputs = e->inputs;
       const std::string name = e->scope.empty() ? e->op : e->scope + "/" + e->op;
-      const std::string at = name + " " + phase_name(e->phase) + " (step " +
+      // In a stack, the layer first, as a live rank's stop says it.
+      const std::string in_layer = config.layers > 1 && e->layer >= 0
+                                       ? "layer " + std::to_string(e->layer) + ", "
+                                       : std::string();
+      const std::string at = name + " " + phase_name(e->phase) + " (" + in_layer + "step " +
                              std::to_string(e->step) + ", op " + std::to_string(e->seq) + ")";
       if (e->kind == TraceEventKind::collective) {
         if (!done) st.state = RankStatus::State::in_collective;
@@ -250,7 +255,7 @@ Snapshot snapshot_of_trace(const TraceFile& trace, const LayerConfig& config,
       }
     }
     if (done) st.where = "finished" + (st.where.empty() ? "" : ", last " + st.where);
-    if (!done) st.summary = step_phase_text(st);
+    if (!done) st.summary = step_phase_text(st, config.layers);
     if (at_end && !complete) {
       st.where = "the trace ends here" + (st.where.empty() ? "" : ", " + st.where);
     }

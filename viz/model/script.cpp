@@ -9,7 +9,7 @@ namespace {
 
 const char* kForms =
     "step [N], next-collective [N], step-layer [N], continue, pause, "
-    "break <op|layer N|phase forward|backward>, clear";
+    "break <op|layer N|phase forward|backward>, clear, show-layer <N|follow>";
 
 int repeat_count(std::istringstream& args, const std::string& command) {
   std::string n;
@@ -31,9 +31,43 @@ void wait(Source& source, const std::string& command, std::chrono::milliseconds 
   }
 }
 
+// "show-layer N" picks the stack's layer the memory and shard panels show (which stops them
+// following the focused rank's op); "show-layer follow" makes them follow it again.
+void show_layer(Source& source, std::istringstream& args, const std::string& command,
+                LayerSelection* view) {
+  if (view == nullptr) {
+    throw ArgumentError("script command '" + command +
+                        "': there are no panels here to show a layer in");
+  }
+  std::string which;
+  if (!(args >> which)) {
+    throw ArgumentError("script command '" + command + "': expected show-layer <N|follow>");
+  }
+  if (which == "follow") {
+    view->follow = true;
+    return;
+  }
+  const int layers = source.snapshot().config.layers;
+  int layer = -1;
+  try {
+    std::size_t used = 0;
+    layer = std::stoi(which, &used);
+    if (used != which.size()) layer = -1;
+  } catch (const std::exception&) {
+  }
+  if (layer < 0 || layer >= layers) {
+    throw ArgumentError("script command '" + command + "': the layer must be 'follow' or 0 to " +
+                        std::to_string(layers - 1) + " (a stack of " + std::to_string(layers) +
+                        (layers == 1 ? " layer" : " layers") + "), given '" + which + "'");
+  }
+  view->follow = false;
+  view->layer = layer;
+}
+
 }  // namespace
 
-void run_script_command(Source& source, const std::string& text, std::chrono::milliseconds limit) {
+void run_script_command(Source& source, const std::string& text, std::chrono::milliseconds limit,
+                        LayerSelection* view) {
   const std::size_t first = text.find_first_not_of(" \t\r");
   const std::size_t last = text.find_last_not_of(" \t\r");
   const std::string command =
@@ -62,6 +96,8 @@ void run_script_command(Source& source, const std::string& text, std::chrono::mi
     wait(source, command, limit);
   } else if (verb == "clear") {
     source.clear_breakpoints();
+  } else if (verb == "show-layer") {
+    show_layer(source, args, command, view);
   } else if (verb == "break") {
     std::string rest;
     std::getline(args, rest);
@@ -80,11 +116,12 @@ void run_script_command(Source& source, const std::string& text, std::chrono::mi
   }
 }
 
-void run_script(Source& source, const std::string& script, std::chrono::milliseconds limit) {
+void run_script(Source& source, const std::string& script, std::chrono::milliseconds limit,
+                LayerSelection* view) {
   std::string command;
   for (char c : script + ";") {
     if (c == ';' || c == '\n') {
-      run_script_command(source, command, limit);
+      run_script_command(source, command, limit, view);
       command.clear();
     } else {
       command += c;

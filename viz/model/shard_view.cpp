@@ -1,11 +1,14 @@
 // The shard view: the logical tensors of the module a rank is in (viz/model/layout.h), each drawn
 // as a rectangle (rows: its row dim, columns: its last dim, other dims folded) with every rank's
-// piece in the rank's colour where it lies.
+// piece in the rank's colour where it lies. In a stack, the module as the selected layer has it
+// (its weights are that layer's, layers.<i>.*), saying so when that is not the op's layer.
 #include <algorithm>
+#include <functional>
 #include <tuple>
 
 #include "autograd/dtype.h"
 #include "parallel/layers/layer_decl.h"
+#include "viz/model/layer_selection.h"
 #include "viz/model/layout.h"
 #include "viz/model/view_model.h"
 
@@ -52,6 +55,9 @@ std::string title_of(const Snapshot& s, const RankStatus& st) {
                          : st.op.empty()  ? st.scope
                                           : st.scope + "/" + st.op;
   std::string title = at + " " + phase_name(st.phase);
+  if (s.config.layers > 1 && st.layer >= 0) {
+    title = "layer " + std::to_string(st.layer) + ": " + title;  // a stack's layer first
+  }
   if (!st.placement.empty()) title += ": " + st.placement;
   const TraceEvent* e = last_event(s, st.rank);
   if (st.state == RankStatus::State::finished) {
@@ -84,6 +90,7 @@ std::string piece_tooltip(const ModuleTensor& m, int rank, int t, DType dtype) {
   text += " (" + group_digits(bytes) + " B)";
   if (m.placement.kind == Placement::Kind::replicate && t > 1) text += ", a full copy";
   if (m.placement.kind == Placement::Kind::partial) text += ", a partial sum: the value is the sum";
+  if (!m.parameter.empty()) text = m.parameter + "\n" + text;  // which layer's weight it is
   return text;
 }
 
@@ -186,9 +193,33 @@ int best_columns(std::size_t n, float width, float height, float gap) {
   return best;
 }
 
+// Which layer's module the view shows, with notes saying so in a stack: `layer` when given (the
+// selector), else the layer of the rank's op; nullopt (with a note) when there is no such layer.
+std::optional<int> layer_shown(const Snapshot& s, const RankStatus& st, std::optional<int> layer,
+                               const std::function<void(std::string, Color)>& note) {
+  const int layers = std::max(1, s.config.layers);
+  const int shown = layer ? *layer : shown_layer(s, st.rank, {});
+  if (shown < 0 || shown >= layers) {
+    note("no layer " + std::to_string(shown) + " in this stack of " + std::to_string(layers) +
+             " layers",
+         theme::kFailed);
+    return std::nullopt;
+  }
+  if (layers == 1 || st.scope == decl::kLossScope) return shown;  // the loss is in no layer
+  if (st.layer >= 0 && st.layer != shown) {
+    note("rank " + std::to_string(st.rank) + "'s op is in layer " + std::to_string(st.layer) +
+             "; shown: its module in layer " + std::to_string(shown) + " (the layer selector)",
+         theme::kWarning);
+  }
+  note("layer " + std::to_string(shown) + " of " + std::to_string(layers) + ": parameters layers." +
+           std::to_string(shown) + ".*",
+       theme::kTextDim);
+  return shown;
+}
+
 }  // namespace
 
-ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
+ShardView shard_view(const Snapshot& s, int rank, PanelSize size, std::optional<int> layer) {
   ShardView v;
   const float pad = std::min(theme::kPanelPadding, std::max(0.0f, size.width) / 4);
   float y = pad;
@@ -213,6 +244,7 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
     at_end.op = e->op;
     at_end.scope = e->scope;
     at_end.phase = e->phase;
+    at_end.layer = e->layer;
     at_end.step = e->step;
     at_end.placement = e->placement;
     at_end.inputs = e->inputs;
@@ -228,9 +260,13 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
          ", outside the layer's modules");
     return v;
   }
+  const std::optional<int> shown = layer_shown(s, *st, layer, note);
+  if (!shown) return v;
+  LayerConfig in_layer = s.config;  // the layer's parameters are named after its index
+  in_layer.layer = *shown;
   const int t = s.config.mode == ParallelMode::single ? 1 : std::max(1, s.config.degree);
   std::vector<ModuleTensor> tensors;
-  for (ModuleTensor& m : module_layout(s.config, st->scope).tensors) {
+  for (ModuleTensor& m : module_layout(in_layer, st->scope).tensors) {
     if (!m.intermediate) tensors.push_back(std::move(m));
   }
   if (st->phase == Phase::backward && st->scope != decl::kGradReduceScope) {
@@ -262,6 +298,7 @@ ShardView shard_view(const Snapshot& s, int rank, PanelSize size) {
       view.name = m.name;
       view.role = m.role;
       view.weight = m.weight;
+      view.parameter = m.parameter;
       view.global = m.global;
       view.placement = m.placement;
       view.dim_names = m.dim_names;

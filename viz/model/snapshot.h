@@ -28,18 +28,24 @@ struct RankStatus {
   // The op the rank is at (paused before it, or, in replay, the last one begun): empty when none.
   std::string op, scope;
   Phase phase = Phase::forward;
+  // The stack's layer the op runs in (Context::layer): 0 to L - 1, or -1 outside every layer (the
+  // loss, the check) and before the first op.
+  int layer = -1;
   std::int64_t step = 0;
   std::uint64_t seq = 0;
   std::vector<std::string> inputs;  // its input shapes, "[4, 2, 32]" (as in TraceEvent)
   std::string placement;            // a parallel op's "Shard(0) -> Shard(2)", else empty
-  // The line under the rank's state: "step 0, forward"; empty once finished (`where` then says
-  // "finished after 2 steps, final loss 1.0312").
+  // The line under the rank's state: "step 0, forward" ("step 0, forward, layer 1" in a stack);
+  // empty once finished (`where` then says "finished after 2 steps, final loss 1.0312").
   std::string summary;
   std::optional<double> final_loss;  // a finished live rank's last step's loss
 };
-// "step 0, forward": the summary of a rank that has not finished.
-inline std::string step_phase_text(const RankStatus& st) {
-  return "step " + std::to_string(st.step) + ", " + phase_name(st.phase);
+// "step 0, forward": the summary of a rank that has not finished; in a stack of `layers` > 1
+// layers, with the layer its op runs in: "step 0, forward, layer 1".
+inline std::string step_phase_text(const RankStatus& st, int layers) {
+  std::string text = "step " + std::to_string(st.step) + ", " + phase_name(st.phase);
+  if (layers > 1 && st.layer >= 0) text += ", layer " + std::to_string(st.layer);
+  return text;
 }
 inline const char* rank_state_name(RankStatus::State s) {  // "not started", "running", ...
   return live_rank_state_name(s);

@@ -11,6 +11,7 @@
 #include "apps/run.h"
 #include "autograd/debugger.h"
 #include "io/trace_reader.h"
+#include "viz/model/layer_selection.h"
 #include "viz/model/snapshot.h"
 
 namespace shardscope::viz {
@@ -48,10 +49,13 @@ std::unique_ptr<Source> make_replay_source(TraceFile trace);
 
 // Runs one script command on `source` and waits until it is idle: "step [N]", "next-collective
 // [N]", "step-layer [N]", "continue", "pause", "break <op|layer N|phase forward|backward>",
-// "clear". Throws ArgumentError naming the command and the accepted forms.
-void run_script_command(Source& source, const std::string& command,
-                        std::chrono::milliseconds limit);
+// "clear"; or sets `view`, the layer the panels show: "show-layer N" (0 to L - 1) or "show-layer
+// follow" (an ArgumentError without a view). Throws ArgumentError naming the command and the
+// accepted forms.
+void run_script_command(Source& source, const std::string& command, std::chrono::milliseconds limit,
+                        LayerSelection* view = nullptr);
 // Runs a script: commands separated by ';' or newlines ("step 40; next-collective").
-void run_script(Source& source, const std::string& script, std::chrono::milliseconds limit);
+void run_script(Source& source, const std::string& script, std::chrono::milliseconds limit,
+                LayerSelection* view = nullptr);
 
 }  // namespace shardscope::viz

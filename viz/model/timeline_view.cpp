@@ -324,8 +324,9 @@ void build_flows(const Snapshot& s, const std::vector<int>& ranks, const TimeAxi
   v.flow_labels = fold_labels(labels, axis.x1);
 }
 
-// Step 0's collectives of the first rank by (kind, phase, purpose), beside comm_model's lines.
-std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
+// Step 0's collectives of the first rank by (kind, phase, purpose), beside comm_model's lines:
+// every layer's and those outside the layers, or (given `layer`) that layer's alone.
+std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank, std::optional<int> layer) {
   std::vector<CommTotalRow> rows;
   auto row_of = [&rows](CollectiveKind k, Phase p, CommPurpose u) -> CommTotalRow& {
     for (CommTotalRow& r : rows) {
@@ -344,11 +345,13 @@ std::vector<CommTotalRow> comm_totals(const Snapshot& s, int rank) {
   for (const TraceEvent& e : s.events) {
     if (e.rank == rank && e.step > 0) break;  // a rank's steps only go up: step 0 is over
     if (e.kind != TraceEventKind::collective || e.rank != rank || e.step != 0) continue;
+    if (layer && e.layer != *layer) continue;
     CommTotalRow& r = row_of(e.collective, e.phase, e.purpose);
     ++r.calls;
     r.bytes += e.bytes_sent;
   }
   for (const CommLine& l : comm_model(s.config, s.keep_gathered_input)) {
+    if (layer && l.layer != *layer) continue;
     CommTotalRow& r = row_of(l.kind, l.phase, l.purpose);
     r.model_calls += l.count;
     r.model_bytes += l.bytes_sent;
@@ -415,7 +418,10 @@ TimelineView timeline_view(const Snapshot& s, const TimelineViewport& viewport, 
     const float x = axis.x(s.now_us);
     v.cursor = Line{x, v.lanes.front().y0, x, v.lanes.back().y1, theme::kCursor, 1.5f, false};
   }
-  if (!ranks.empty()) v.totals = comm_totals(s, ranks.front());
+  if (!ranks.empty()) {
+    v.totals = comm_totals(s, ranks.front(), std::nullopt);
+    if (viewport.layer) v.layer_totals = comm_totals(s, ranks.front(), viewport.layer);
+  }
   return v;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parallel/models/memory_model.h"
+#include "viz/model/layer_selection.h"
 #include "viz/model/snapshot.h"
 #include "viz/model/theme.h"
 
@@ -56,7 +57,9 @@ struct ShardPiece {
   PieceStyle style = PieceStyle::shard;
   Color fill = 0;
   Color outline = 0;
-  std::string tooltip;  // "rank 1: s 4..8, b 0..2, h 0..32 (1,024 B)"
+  // "rank 1: s 4..8, b 0..2, h 0..32 (1,024 B)"; a weight's starts with its parameter's name
+  // and a line break ("layers.1.attn.qkv.weight\nrank 1: ...").
+  std::string tooltip;
 };
 
 // One logical (full) tensor of the current op's module.
@@ -64,6 +67,7 @@ struct LogicalTensorView {
   std::string name;  // "x (ln1 output)", "W_qkv"
   std::string role;  // "reads" or "writes"
   bool weight = false;
+  std::string parameter;  // a weight's, as the stack names it ("layers.1.attn.qkv.weight")
   Shape global;
   Placement placement;
   std::vector<std::string> dim_names;  // "s", "b", "h", ...
@@ -73,14 +77,20 @@ struct LogicalTensorView {
 };
 
 struct ShardView {
-  std::string title;  // "attn.qkv/gather_matmul forward: Shard(0) -> Shard(2)"
+  // "attn.qkv/gather_matmul forward: Shard(0) -> Shard(2)"; in a stack, the op's layer first:
+  // "layer 1: attn.qkv/gather_matmul forward: ..."
+  std::string title;
   std::vector<LogicalTensorView> tensors;
-  std::vector<Label> notes;  // e.g. "no op yet", "rank 0 shown; ranks differ"
+  // e.g. "no op yet", "rank 0 shown; ranks differ"; in a stack, the layer shown ("layer 1 of 3:
+  // parameters layers.1.*") and, when it is not the op's, that it is not
+  std::vector<Label> notes;
 };
 
 // The current op of `rank` (its status) in its module: the logical tensors it reads and writes
-// with each rank's shard in place.
-ShardView shard_view(const Snapshot& s, int rank, PanelSize size);
+// with each rank's shard in place. In a stack, the module as layer `layer` has it (its
+// parameters, layers.<layer>.*); nullopt: the layer of the rank's op (shown_layer following it).
+ShardView shard_view(const Snapshot& s, int rank, PanelSize size,
+                     std::optional<int> layer = std::nullopt);
 // The piece under the mouse, if any.
 const ShardPiece* shard_piece_at(const ShardView& v, float x, float y);
 
@@ -89,6 +99,7 @@ const ShardPiece* shard_piece_at(const ShardView& v, float x, float y);
 struct TimelineViewport {
   double begin_us = 0, end_us = 0;      // the visible time window; end <= begin: the whole snapshot
   std::optional<std::size_t> selected;  // index into Snapshot::events of the selected collective
+  std::optional<int> layer;             // a stack's layer whose totals layer_totals lists
 };
 
 struct TimelineBox {
@@ -121,8 +132,11 @@ struct TimelineView {
   std::vector<Line> flows;           // who sends what to whom for the selected call
   std::vector<Label> flow_labels;    // bytes per arrow
   std::optional<Line> cursor;        // the current time
-  std::vector<CommTotalRow> totals;  // step 0's collectives beside comm_model
-  double begin_us = 0, end_us = 0;   // the window actually shown
+  std::vector<CommTotalRow> totals;  // step 0's collectives beside comm_model (every layer's)
+  // With viewport.layer: that layer's step-0 collectives beside its comm_model lines (no loss or
+  // check rows: they run outside every layer).
+  std::vector<CommTotalRow> layer_totals;
+  double begin_us = 0, end_us = 0;  // the window actually shown
 };
 
 TimelineView timeline_view(const Snapshot& s, const TimelineViewport& viewport, PanelSize size);
@@ -149,15 +163,33 @@ struct SavedTermRow {
   bool complete = false;      // measured == model
 };
 
+// One layer's saved activations (extras apart) beside the layer's formula.
+struct LayerSavedRow {
+  int layer = 0;
+  double measured_bytes = 0, model_bytes = 0;
+  bool complete = false;  // measured == model
+};
+
 struct MemoryView {
   std::vector<MemoryChart> charts;  // one per rank
-  std::vector<SavedTermRow> saved;  // the chosen rank's saved activations beside the formula
+  // The chosen rank's saved activations in layer `layer` beside the formula, which is every
+  // layer's: its terms and their totals.
+  int layer = 0;
+  std::vector<SavedTermRow> saved;
   double saved_total = 0, formula_total = 0;
-  std::string formula;        // "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t"
+  std::string formula;  // "sbh(4A + 2M + 12A/t) + as^2b(2A + M)/t"
+  // The whole stack on the chosen rank: each layer's total (L rows), what ops outside every layer
+  // saved (the model says nothing), and the sum of both beside L times the formula.
+  std::vector<LayerSavedRow> layers;
+  double outside_saved = 0;
+  double stack_saved_total = 0, stack_formula_total = 0;
   std::vector<Label> legend;  // category names in their colours
 };
 
-MemoryView memory_view(const Snapshot& s, int rank, PanelSize size);
+// The charts of every rank and `rank`'s saved activations of its current step's forward, those
+// of layer `layer` term by term (nullopt: the layer of the rank's op, shown_layer following it).
+MemoryView memory_view(const Snapshot& s, int rank, PanelSize size,
+                       std::optional<int> layer = std::nullopt);
 
 // ---- Check -------------------------------------------------------------------------------------
 
