@@ -146,6 +146,22 @@ void RunOptions::validate() const {
   check_output_file("--trace", trace_path);
   check_dump_folder("--dump", dump_dir, overwrite);
   if (fault) check_fault_plan(*fault, spec.layer.degree, check_calls);
+  if (is_half(spec.layer.dtype)) {  // the 2-byte types run on the host's kernels, over threads
+    const std::string dtype = std::string("--dtype ") + dtype_name(spec.layer.dtype);
+    if (backend == DeviceKind::cuda) {
+      throw ArgumentError(dtype +
+                          " runs on --backend cpu or reference (the CUDA kernels run f32 "
+                          "and f64)");
+    }
+    if (comm != CommKind::threads) {
+      throw ArgumentError(dtype + " runs with --comm threads (MpiComm moves f32, f64 and u8)");
+    }
+    if (spec.layer.dtype == DType::bf16 && !dump_dir.empty()) {
+      throw ArgumentError(
+          "--dump writes NumPy files, and NumPy has no bfloat16: dump an f32 or "
+          "f16 run");
+    }
+  }
   // MpiComm moves host memory, NcclComm device memory; ThreadComm stages device buffers.
   if (backend == DeviceKind::cuda && comm == CommKind::mpi) {
     throw ArgumentError(

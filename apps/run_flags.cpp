@@ -88,7 +88,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
             return v.find('-') == std::string::npos ? "" : "must be an integer >= 0, given " + v;
           },
           "SEED >= 0"));
-  run.add_option("--dtype", text.dtype, "f32 or f64")->capture_default_str();
+  run.add_option("--dtype", text.dtype,
+                 "f32, f64, bf16 or f16 (2-byte storage, computed and summed in f32; cpu and "
+                 "reference backends, --comm threads)")
+      ->capture_default_str();
   run.add_flag(
       "--random-norms", c.random_norms,
       "start the norms at weight 1 + N(0, 0.1) (LayerNorm's bias at N(0, 0.1)) instead of 1 "
@@ -119,9 +122,10 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
 }
 
 DType parse_dtype(const std::string& name) {
-  if (name == "f32") return DType::f32;
-  if (name == "f64") return DType::f64;
-  throw ArgumentError("--dtype " + name + " is not supported: expected f32 or f64");
+  for (const DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    if (name == dtype_name(d)) return d;
+  }
+  throw ArgumentError("--dtype " + name + " is not supported: expected f32, f64, bf16 or f16");
 }
 
 CommKind default_cuda_comm(int degree, int devices, bool nccl_built, bool under_mpirun) {

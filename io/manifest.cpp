@@ -179,10 +179,11 @@ Placement parse_placement(const std::string& text) {
 }
 
 DType parse_dtype_name(const std::string& text) {
-  for (DType d : {DType::f32, DType::f64, DType::u8}) {
+  for (DType d : {DType::f32, DType::f64, DType::u8, DType::bf16, DType::f16}) {
     if (text == dtype_name(d)) return d;
   }
-  throw ManifestError("dtype '" + text + "' is not one of \"f32\", \"f64\", \"u8\"");
+  throw ManifestError("dtype '" + text +
+                      "' is not one of \"f32\", \"f64\", \"u8\", \"bf16\", \"f16\"");
 }
 
 json layer_config_json(const LayerConfig& c) {

@@ -125,12 +125,12 @@ std::string LayerConfig::shape_text() const {
   return text;
 }
 
-void require_floating(const char* what, DType dtype) {
-  // The engine has bf16 and f16 (autograd/kernels/half.h); the layer's check and models do not
-  // yet.
-  if (dtype != DType::f32 && dtype != DType::f64) {
-    throw ConfigError(
-        std::string("dtype ") + dtype_name(dtype) + ": " + what + " runs in f32 or f64", {"dtype"});
+void require_floating(const char* what, DType dtype, bool two_byte) {
+  const bool wide = dtype == DType::f32 || dtype == DType::f64;
+  if (!wide && !(two_byte && is_half(dtype))) {
+    throw ConfigError(std::string("dtype ") + dtype_name(dtype) + ": " + what + " runs in " +
+                          (two_byte ? "f32, f64, bf16 or f16" : "f32 or f64"),
+                      {"dtype"});
   }
 }
 
@@ -240,7 +240,7 @@ void LayerConfig::validate() const {
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw ConfigError("dropout must be in [0, 1), given " + std::to_string(dropout), {"dropout"});
   }
-  require_floating("the layer", dtype);
+  require_floating("the layer", dtype, /*two_byte=*/true);
   if (!(rope_base > 1.0) || !std::isfinite(rope_base)) {
     throw ConfigError("rope_base must be a finite number > 1, given " + std::to_string(rope_base),
                       {"rope_base"});

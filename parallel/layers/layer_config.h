@@ -47,9 +47,10 @@ void apply_model(const std::string& model, LayerConfig& c);
 const char* model_names();  // "gpt, llama"
 
 // The rules every configuration of a block shares (the layer's, the MLP+LN block's), each a
-// ConfigError naming its fields: a floating dtype for `what` ("the layer"); layernorm_eps > 0; the
-// largest tensor, of `elements`, at most 1e12 elements, naming the sizes that make it.
-void require_floating(const char* what, DType dtype);
+// ConfigError naming its fields: a floating dtype for `what` ("the layer"): f32 or f64, and with
+// `two_byte` bf16 and f16 too; layernorm_eps > 0; the largest tensor, of `elements`, at most 1e12
+// elements, naming the sizes that make it.
+void require_floating(const char* what, DType dtype, bool two_byte = false);
 void require_eps(double layernorm_eps);
 void require_tensor_limit(double elements,
                           const std::vector<std::pair<const char*, std::int64_t>>& sizes);

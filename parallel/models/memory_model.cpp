@@ -148,6 +148,8 @@ std::string term_formula(const Sizes& sizes) {
 ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input) {
   const double A = static_cast<double>(dtype_size(c.dtype));
   const double M = 1.0;
+  // The norms' statistics: f32 for the 2-byte types (statistics_dtype), else the layer's dtype.
+  const double S = static_cast<double>(dtype_size(statistics_dtype(c.dtype)));
   const double s = static_cast<double>(c.seq), b = static_cast<double>(c.batch);
   const double t = static_cast<double>(c.mode == ParallelMode::single ? 1 : c.degree);
   const double g = static_cast<double>(c.kv_heads_count());
@@ -196,8 +198,8 @@ ActivationModel activation_model(const LayerConfig& c, bool keep_gathered_input)
       m.total_bytes += bytes;
     }
     // A norm keeps its statistics per row it normalises (LayerNorm: mean and rstd; RMSNorm:
-    // rstd), outside the formula.
-    m.extras_bytes += module.row_statistics * A * sb / split_of(decl::SavedSplit::block).divisor;
+    // rstd), outside the formula, S bytes each.
+    m.extras_bytes += module.row_statistics * S * sb / split_of(decl::SavedSplit::block).divisor;
   }
   m.formula = closed_form(sizes);
   return m;

@@ -109,9 +109,10 @@ RankMemory measure_memory(const MemoryLedger& ledger, const LayerRunSpec& spec, 
   return m;
 }
 
-// MSE over the global tensor: returns the loss and this rank's gradient seed 2 (y - t) / N.
+// MSE over the global tensor: returns the loss and this rank's gradient seed 2 S (y - t) / N, S the
+// loss scale.
 std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
-                                       const Tensor& target, PlantedBug bug) {
+                                       const Tensor& target, PlantedBug bug, double loss_scale) {
   Context& ctx = y.local.ctx();
   NoGradGuard no_grad(ctx);
   const double n = static_cast<double>(y.global.numel());
@@ -124,7 +125,7 @@ std::pair<double, Tensor> mse_and_seed(ProcessGroup& g, const ParallelTensor& y,
   Tensor seed = Tensor::empty(ctx, y.local.shape(), y.local.dtype());
   // PLANTED BUG loss-times-t: the seed normalised by this rank's elements, N/t, not N.
   const double seed_n = bug == PlantedBug::loss_times_t ? static_cast<double>(y.local.numel()) : n;
-  ctx.backend().add(y.local, target, 2.0 / seed_n, -2.0 / seed_n, seed);
+  ctx.backend().add(y.local, target, 2.0 * loss_scale / seed_n, -2.0 * loss_scale / seed_n, seed);
   return {sum_sq.item() / n, seed};
 }
 
@@ -295,11 +296,16 @@ std::vector<RankTensor> run_tensors(const LayerHandle& layer, const ParallelTens
 
 }  // namespace
 
+double default_loss_scale(DType dtype) {
+  return dtype == DType::f16 ? 1024.0 : 1.0;
+}
+
 // The single-device stack on the run's full weights and data, stepping as the run does.
 struct ReferenceLayer {
   TransformerStack layer;
   Tensor x, target;
   double learning_rate;
+  double loss_scale;
 
   static LayerConfig single(LayerConfig c) {
     c.mode = ParallelMode::single;
@@ -311,7 +317,8 @@ struct ReferenceLayer {
       : layer(single(spec.layer), std::move(d.weights)),
         x(d.x.set_requires_grad(true)),
         target(d.target),
-        learning_rate(spec.learning_rate) {}
+        learning_rate(spec.learning_rate),
+        loss_scale(spec.loss_scale.value_or(default_loss_scale(spec.layer.dtype))) {}
 
   // One step in `ctx` (whose step is set): forward, loss, backward, then the SGD update.
   std::vector<std::pair<std::string, Tensor>> step(Context& ctx) {
@@ -319,7 +326,7 @@ struct ReferenceLayer {
     {
       Tensor y = layer.forward(x);
       Tensor loss = mse_loss(y, target);
-      loss.backward();
+      loss.backward(Tensor::full(ctx, loss.shape(), loss_scale, loss.dtype()));
       out.push_back({"output", y.detach()});
       out.push_back({"loss", Tensor::full(ctx, Shape{1}, loss.item(), DType::f64)});
     }
@@ -328,7 +335,7 @@ struct ReferenceLayer {
     x.zero_grad();
     const auto named = layer.named();
     for (const auto& [name, p] : named) out.push_back({name + ".grad", p.grad().clone()});
-    sgd_step(layer.parameters(), learning_rate);
+    sgd_step(layer.parameters(), learning_rate / loss_scale);
     for (const auto& [name, p] : named) out.push_back({name, p});
     return out;
   }
@@ -393,6 +400,7 @@ Tensor SharedReference::full(int step, const std::string& name, Context& into) {
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
   c.validate();
+  const double loss_scale = spec.loss_scale.value_or(default_loss_scale(c.dtype));
   Context scratch(env.rank);  // full weights and data, outside the measured context
   const FullData data = full_data(scratch, spec);
   const std::vector<LayerWeights>& full = data.weights;
@@ -472,7 +480,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       if (inspector) inspector->tensor(env.rank, "output", y);
       if (step == 0) run.memory = measure_memory(ledger, spec, env.rank);
       Tensor seed;
-      std::tie(loss, seed) = mse_and_seed(env.group, y, target, c.planted_bug);
+      std::tie(loss, seed) = mse_and_seed(env.group, y, target, c.planted_bug, loss_scale);
       if (!std::isfinite(loss)) {  // every rank has the same loss: all stop here
         throw NumericalError("step " + std::to_string(step) + ": " + kNonFiniteLoss + " (" +
                              std::to_string(loss) + ", rank " + std::to_string(env.rank) +
@@ -507,7 +515,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     }
     std::vector<Tensor> params;
     for (const ShardedParameter& p : layer.params()) params.push_back(p.local);
-    sgd_step(params, spec.learning_rate);
+    sgd_step(params, spec.learning_rate / loss_scale);
     x.local.zero_grad();
     if (check_step) {
       timed([&] {

@@ -32,10 +32,19 @@ struct RankTensor {
 
 class SharedReference;
 
+// 2^10 for f16, whose gradients of this layer at the MSE loss (order 1e-5) would otherwise sit in
+// its subnormals, where its precision is absolute (2^-24); 1 for the other dtypes (bf16 has f32's
+// range).
+double default_loss_scale(DType dtype);
+
 struct LayerRunSpec {
   LayerConfig layer;
   int steps = 5;
   double learning_rate = 0.1;
+  // The loss scale S (Micikevicius et al. 2018): backward starts from S times the loss's gradient
+  // and SGD steps by learning_rate / S, so the gradients (compared by the check, S times the
+  // true ones) stay clear of a 2-byte type's subnormals. Unset: default_loss_scale(dtype).
+  std::optional<double> loss_scale;
   bool check = true;  // compare with the single-device layer; check replicated params
   // The steps checked, from step 0 (-1: every step). A step that is checked costs one
   // single-device step on the process (shared by its rank threads) and the comparisons.

@@ -12,8 +12,15 @@ namespace shardscope {
 // Chosen with bench/check_margins (docs/derivations.md, "The tolerance of the reference check"):
 // correct runs stay at least 100x inside these bounds and every catalogued bug at least 100x
 // outside them (f64: on the output alone too).
+// How many of a 2-byte type's unit roundoffs the check allows (docs/derivations.md).
+constexpr double kTwoByteUlps = 8;
+
 Tolerance default_tolerance(DType dtype) {
   if (dtype == DType::f64) return {1e-11, 1e-11};
+  // The 2-byte types: a few units of their roundoff u (bf16 2^-8, f16 2^-11), derived in
+  // docs/derivations.md ("The 2-byte types") and measured with bench/check_margins.
+  if (dtype == DType::bf16) return {kTwoByteUlps * 0x1p-8, kTwoByteUlps * 0x1p-8};
+  if (dtype == DType::f16) return {kTwoByteUlps * 0x1p-11, kTwoByteUlps * 0x1p-11};
   return {3e-5, 3e-5};
 }
 

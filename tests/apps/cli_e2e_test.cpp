@@ -71,6 +71,32 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
   EXPECT_THAT(none.output, HasSubstr("layers must be in [1, 65536], given 0 (set by --layers)"));
 }
 
+// The 2-byte types: checked at their tolerance, the paper's numbers with A = 2, and the runs they
+// cannot make refused before any rank starts.
+TEST(Cli, TwoByteRunsAreCheckedAndRefusedWhereTheyCannotRun) {
+  const Result bf16 = run_cli(
+      "run --dtype bf16 --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 32 --heads 4 --steps 2");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_THAT(bf16.output, HasSubstr("(A = 2 bytes, bf16;"));
+  EXPECT_THAT(bf16.output, HasSubstr("<= 0.03125 max|b| + 0.03125 |b|"));
+  EXPECT_THAT(bf16.output, HasSubstr("check passed"));
+  EXPECT_THAT(bf16.output, Not(HasSubstr("MISMATCH")));
+  const Result f16 = run_cli(
+      "run --dtype f16 --mode tp --degree 2 --seq 8 --batch 2 --hidden 32 "
+      "--heads 4 --steps 1");
+  ASSERT_EQ(f16.exit_code, 0) << f16.output;
+  EXPECT_THAT(f16.output, HasSubstr("check passed"));
+  const std::pair<const char*, const char*> refused[] = {
+      {"run --dtype bf16 --dump /tmp/shardscope_never", "NumPy has no bfloat16"},
+      {"run --dtype f16 --backend cuda", "--dtype f16 runs on --backend cpu or reference"},
+      {"run --dtype bf16 --comm mpi", "--dtype bf16 runs with --comm threads"}};
+  for (const auto& [command, why] : refused) {
+    const Result r = run_cli(command);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(why)) << command;
+  }
+}
+
 // Recomputation: the run says what it keeps, as the paper's formulas (Korthikanti et al. 2022).
 TEST(Cli, RecomputationKeepsWhatThePaperSays) {
   const Result selective = run_cli(
