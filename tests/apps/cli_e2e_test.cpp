@@ -215,7 +215,7 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
       {"run --mode diagonal",
        "mode \"diagonal\" is not a mode: expected single, tp, tp-sp or "
        "ulysses (set by --mode)"},
-      {"run --dtype f16", "--dtype f16 is not supported"},
+      {"run --dtype f8", "--dtype f8 is not supported: expected f32, f64, bf16 or f16"},
       {"run --steps 0", "--steps must be >= 1"},
       {"run --lr nan", "--lr must be a finite number > 0"},
       {"run --lr -1", "--lr must be a finite number > 0"},

@@ -81,7 +81,8 @@ TEST(ParseCommand, BadFlagsAndValuesAreExitTwoWithOneLineNamingThem) {
       {{"run", "--mode", "tp", "--degree", "3"},
        "heads 4 must be divisible by degree 3 (set by --heads and --degree)"},
       {{"mlp-ln", "--norm", "bogus"}, "--norm bogus"},
-      {{"mlp-ln", "--dtype", "f16"}, "--dtype f16"},
+      {{"mlp-ln", "--dtype", "f8"}, "--dtype f8"},
+      {{"mlp-ln", "--dtype", "f16"}, "the block runs in f32 or f64 (set by --dtype)"},
       {{"mlp-ln", "--degree", "3", "--ffn", "64"}, "--ffn"},
       {{}, "subcommand"},
   };

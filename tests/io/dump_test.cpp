@@ -212,8 +212,12 @@ TEST_F(DumpTest, ManifestErrorsNameTheFieldAndTensor) {
                 j["tensors"][3]["shape"] = {2, -4};
               }),
               HasSubstr("field 'shape' must be an array of non-negative integers"));
+  EXPECT_THAT(error([](json& j) { j["tensors"][0]["dtype"] = "f8"; }),
+              AllOf(HasSubstr("('act')"), HasSubstr("dtype 'f8' is not one of")));
+  // A dtype the manifest knows but the file does not hold is named as a mismatch.
   EXPECT_THAT(error([](json& j) { j["tensors"][0]["dtype"] = "f16"; }),
-              AllOf(HasSubstr("('act')"), HasSubstr("dtype 'f16' is not one of")));
+              AllOf(HasSubstr("tensor 'act'"), HasSubstr("the manifest says f16[4, 3], act.npy "
+                                                         "holds f32[4, 3]")));
   EXPECT_THAT(error([](json& j) { j["tensors"][0]["placement"] = "Shard(x)"; }),
               HasSubstr("placement 'Shard(x)' is not one of"));
   EXPECT_THAT(error([](json& j) { j["tensors"][1]["rank"] = 2; }),
