@@ -58,13 +58,9 @@ Tensor TransformerStack::forward(const Tensor& x) const {
 }
 
 std::vector<std::pair<std::string, Tensor>> TransformerStack::named() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const TransformerLayer& layer : layers_) {
-    for (auto& [name, t] : layer.weights().named()) {
-      out.emplace_back(decl::stack_name(layer.config(), name), t);
-    }
-  }
-  return out;
+  std::vector<LayerWeights> weights;  // handles on the layers' tensors
+  for (const TransformerLayer& layer : layers_) weights.push_back(layer.weights());
+  return stack_named(config_, weights);
 }
 
 std::vector<Tensor> TransformerStack::parameters() const {

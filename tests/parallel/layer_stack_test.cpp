@@ -17,13 +17,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LayerConfig llama_with_gqa(LayerConfig c) {
-  apply_model("llama", c);
-  c.ffn = 48;  // s = 12, h = 48: f divisible by 2 and 4
-  c.kv_heads = 2;
-  return c;
-}
-
 TEST(LayerStack, IsItsLayersOneAfterAnotherEachWithItsOwnWeights) {
   Context ctx(0);
   LayerConfig c = small_spec(ParallelMode::single, 1, 0.1, DType::f64).layer;
@@ -81,7 +74,7 @@ TEST_P(LayerStacks, MatchTheSingleDeviceStackAndEachLayersModels) {
   LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
   spec.layer.layers = 3;
   spec.steps = 2;
-  for (const LayerConfig& layer : {spec.layer, llama_with_gqa(spec.layer)}) {
+  for (const LayerConfig& layer : {spec.layer, llama_layer(spec.layer, 2)}) {
     LayerRunSpec s = spec;
     s.layer = layer;
     const std::string what =
@@ -97,9 +90,7 @@ TEST_P(LayerStacks, MatchTheSingleDeviceStackAndEachLayersModels) {
 }
 
 std::string stack_case_name(const ::testing::TestParamInfo<StackCase>& info) {
-  std::string name = mode_name(std::get<0>(info.param));
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name + "_t" + std::to_string(std::get<1>(info.param));
+  return mode_test_name(std::get<0>(info.param)) + "_t" + std::to_string(std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, LayerStacks,

@@ -32,9 +32,7 @@ using ModeCase = std::tuple<ParallelMode, int, double, DType, TestBackend>;
 // "tp_sp_t2_p10_f32_cuda": the mode, the degree, the dropout in percent, the dtype and the backend.
 std::string mode_case_name(const ::testing::TestParamInfo<ModeCase>& info) {
   const auto [mode, degree, dropout, dtype, backend] = info.param;
-  std::string name = mode_name(mode);
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;  // "tp-sp": gtest names take [A-Za-z0-9_]
-  return name + "_t" + std::to_string(degree) + "_p" +
+  return mode_test_name(mode) + "_t" + std::to_string(degree) + "_p" +
          std::to_string(static_cast<int>(std::lround(dropout * 100))) + "_" + dtype_name(dtype) +
          "_" + testing::backend_name(backend);
 }
@@ -170,9 +168,8 @@ TEST_P(LayerOptions, MatchTheSingleDeviceLayerAndTheModels) {
 
 std::string option_case_name(const ::testing::TestParamInfo<OptionCase>& info) {
   const auto [mode, degree, backend] = info.param;
-  std::string name = mode_name(mode);
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name + "_t" + std::to_string(degree) + "_" + testing::backend_name(backend);
+  return mode_test_name(mode) + "_t" + std::to_string(degree) + "_" +
+         testing::backend_name(backend);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, LayerOptions,

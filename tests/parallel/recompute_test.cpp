@@ -16,13 +16,6 @@
 namespace shardscope {
 namespace {
 
-LayerConfig llama_with_gqa(LayerConfig c) {
-  apply_model("llama", c);
-  c.ffn = 48;  // divisible by the degrees 1 to 4
-  c.kv_heads = 6;
-  return c;
-}
-
 using RecomputeCase = std::tuple<ParallelMode, int, Recompute>;
 
 class Recomputation : public ::testing::TestWithParam<RecomputeCase> {};
@@ -32,7 +25,7 @@ TEST_P(Recomputation, MatchesTheSingleDeviceLayerAndTheModels) {
   LayerRunSpec spec = small_spec(mode, degree, 0.1, DType::f32);
   spec.layer.recompute = recompute;
   spec.steps = 2;
-  for (const LayerConfig& layer : {spec.layer, llama_with_gqa(spec.layer)}) {
+  for (const LayerConfig& layer : {spec.layer, llama_layer(spec.layer, 6)}) {
     LayerRunSpec s = spec;
     s.layer = layer;
     const std::int64_t g = layer.kv_heads_count();
@@ -48,9 +41,7 @@ TEST_P(Recomputation, MatchesTheSingleDeviceLayerAndTheModels) {
 
 std::string recompute_case_name(const ::testing::TestParamInfo<RecomputeCase>& info) {
   const auto [mode, degree, recompute] = info.param;
-  std::string name = mode_name(mode);
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name + "_t" + std::to_string(degree) + "_" + recompute_name(recompute);
+  return mode_test_name(mode) + "_t" + std::to_string(degree) + "_" + recompute_name(recompute);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, Recomputation,

@@ -33,6 +33,22 @@ inline LayerRunSpec small_spec(ParallelMode mode, int degree, double dropout, DT
   return spec;
 }
 
+// A mode's name as a GoogleTest parameter name may hold it ([A-Za-z0-9_]): "tp_sp".
+inline std::string mode_test_name(ParallelMode mode) {
+  std::string name = mode_name(mode);
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;
+  return name;
+}
+
+// Llama's layer (apply_model) on `base`'s shape with f = 48 (divisible by the degrees 1 to 4 at
+// h = 48) and `kv_heads` key/value heads.
+inline LayerConfig llama_layer(LayerConfig base, std::int64_t kv_heads) {
+  apply_model("llama", base);
+  base.ffn = 48;
+  base.kv_heads = kv_heads;
+  return base;
+}
+
 inline std::vector<RankRun> run_all_ranks(
     const LayerRunSpec& spec, testing::TestBackend backend = testing::TestBackend::cpu) {
   std::vector<RankRun> runs(static_cast<std::size_t>(spec.layer.degree));

@@ -23,11 +23,7 @@ TEST_P(TwoByteTypes, MatchTheSingleDeviceLayerAndTheModels) {
   const auto [mode, degree, dtype] = GetParam();
   LayerRunSpec spec = small_spec(mode, degree, 0.1, dtype);
   spec.steps = 2;
-  LayerConfig llama = spec.layer;
-  apply_model("llama", llama);
-  llama.ffn = 48;
-  llama.kv_heads = 6;
-  for (const LayerConfig& layer : {spec.layer, llama}) {
+  for (const LayerConfig& layer : {spec.layer, llama_layer(spec.layer, 6)}) {
     LayerRunSpec s = spec;
     s.layer = layer;
     const std::string what = layer.shape_text() + " " + dtype_name(dtype) + ", " + mode_name(mode) +
@@ -43,9 +39,7 @@ TEST_P(TwoByteTypes, MatchTheSingleDeviceLayerAndTheModels) {
 
 std::string two_byte_case_name(const ::testing::TestParamInfo<TwoByteCase>& info) {
   const auto [mode, degree, dtype] = info.param;
-  std::string name = mode_name(mode);
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name + "_t" + std::to_string(degree) + "_" + dtype_name(dtype);
+  return mode_test_name(mode) + "_t" + std::to_string(degree) + "_" + dtype_name(dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, TwoByteTypes,
