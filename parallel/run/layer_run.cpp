@@ -318,7 +318,7 @@ struct ReferenceLayer {
         x(d.x.set_requires_grad(true)),
         target(d.target),
         learning_rate(spec.learning_rate),
-        loss_scale(spec.loss_scale.value_or(default_loss_scale(spec.layer.dtype))) {}
+        loss_scale(spec.loss_scale_used()) {}
 
   // One step in `ctx` (whose step is set): forward, loss, backward, then the SGD update.
   std::vector<std::pair<std::string, Tensor>> step(Context& ctx) {
@@ -400,7 +400,7 @@ Tensor SharedReference::full(int step, const std::string& name, Context& into) {
 RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* inspector) {
   const LayerConfig& c = spec.layer;
   c.validate();
-  const double loss_scale = spec.loss_scale.value_or(default_loss_scale(c.dtype));
+  const double loss_scale = spec.loss_scale_used();
   Context scratch(env.rank);  // full weights and data, outside the measured context
   const FullData data = full_data(scratch, spec);
   const std::vector<LayerWeights>& full = data.weights;
@@ -410,9 +410,10 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
 
   MemoryLedger ledger;
   CommLog comm;
-  GemmFlops flops;
-  ObserverGuard attach_ledger(env.ctx, ledger), attach_comm(env.ctx, comm),
-      attach_flops(env.ctx, flops);
+  GemmFlops flops;  // step 0's only: attached until it ends, off the later steps' ops
+  ObserverGuard attach_ledger(env.ctx, ledger), attach_comm(env.ctx, comm);
+  std::optional<ObserverGuard> attach_flops;
+  attach_flops.emplace(env.ctx, flops);
   LayerHandle layer = make_layer(env, spec, full);
   const Placement placement = layer.placement();
   ParallelTensor x =
@@ -544,6 +545,7 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     if (step == 0) {
       run.comm = comm.lines();
       run.flops = {flops.forward(), flops.recomputed()};
+      attach_flops.reset();
     }
   }
   run.memory.peak_bytes = static_cast<double>(ledger.peak_total());

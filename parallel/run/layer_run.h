@@ -45,6 +45,8 @@ struct LayerRunSpec {
   // and SGD steps by learning_rate / S, so the gradients (compared by the check, S times the
   // true ones) stay clear of a 2-byte type's subnormals. Unset: default_loss_scale(dtype).
   std::optional<double> loss_scale;
+  // The scale the run and its reference use: loss_scale, else default_loss_scale(layer.dtype).
+  double loss_scale_used() const { return loss_scale.value_or(default_loss_scale(layer.dtype)); }
   bool check = true;  // compare with the single-device layer; check replicated params
   // The steps checked, from step 0 (-1: every step). A step that is checked costs one
   // single-device step on the process (shared by its rank threads) and the comparisons.
