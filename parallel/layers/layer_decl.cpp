@@ -108,18 +108,19 @@ ModuleDecl mlp_activation(const LayerConfig& c) {
 // and attn.context would keep of them); the a s^2 b terms are gone. Full: the module "layer",
 // first, keeps the layer's input, and nothing else is kept, the norms' statistics neither.
 std::vector<ModuleDecl> recomputed(const LayerConfig& c, std::vector<ModuleDecl> modules) {
-  auto kind_of = [&](const char* scope) {
+  auto module_at = [&](const char* scope) {
     return std::find_if(modules.begin(), modules.end(),
                         [&](const ModuleDecl& m) { return std::string(m.scope) == scope; });
   };
   if (c.recompute == Recompute::selective) {
     for (const char* scope : {"attn.scores", "attn.softmax", "attn.dropout", "attn.context"}) {
-      kind_of(scope)->saved.clear();
+      module_at(scope)->saved.clear();
     }
     const SavedDecl inputs = term(
         "attention core inputs: Q, K and V", "checkpoint",
         {a_sb(1, Width::hidden, SavedSplit::heads), a_sb(2, Width::kv_head, SavedSplit::kv_heads)});
-    modules.insert(kind_of("attn.scores"), ModuleDecl{"attn.core", Kind::recompute, {}, {inputs}});
+    modules.insert(module_at("attn.scores"),
+                   ModuleDecl{"attn.core", Kind::recompute, {}, {inputs}});
   } else if (c.recompute == Recompute::full) {
     for (ModuleDecl& m : modules) {
       m.saved.clear();
