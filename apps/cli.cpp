@@ -30,6 +30,7 @@ int run_subcommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   for (const std::string& e : result.file_errors) err << "shardscope: error: " << e << "\n";
   if (!result.file_errors.empty()) return 1;
   if (result.rank0.check.ran && !result.rank0.check.passed) return 3;
+  if (result.rank0.f32_check.ran && !result.rank0.f32_check.passed) return 3;
   return result.model_differences.empty() ? 0 : 4;
 }
 

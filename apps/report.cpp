@@ -125,6 +125,7 @@ nlohmann::json report_json(const RunOptions& o, const RunResult& r) {
   j["memory"] = memory_json(r);
   j["flops"] = {{"forward", r.rank0.flops.forward}, {"recomputed", r.rank0.flops.recomputed}};
   j["check"] = check_json(r.rank0.check);
+  j["f32_check"] = check_json(r.rank0.f32_check);  // ran: a 2-byte run's step 0 against f32
   j["comm"] = comm_json(o, r);
   j["model_differences"] = r.model_differences;  // empty: memory and traffic equal the models
   return j;

@@ -306,6 +306,7 @@ void print_tables(const RunOptions& options, RunResult& result, std::ostream& ou
   print_header(options, out);
   print_steps(result.rank0.steps, log_interval(options.log_every, options.spec.steps), out);
   if (result.rank0.check.ran) print_check_table(result.rank0.check, out);
+  if (result.rank0.f32_check.ran) print_f32_check_table(result.rank0.f32_check, out);
   const bool parallel = options.spec.layer.mode != ParallelMode::single;
   const std::vector<CommLine> model =
       parallel ? comm_model(options.spec.layer, options.spec.keep_gathered_input)

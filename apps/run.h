@@ -76,6 +76,8 @@ RunResult run_layer(const RunOptions& options, std::ostream& out);
 // model differences (which it fills in `result`).
 void print_tables(const RunOptions& options, RunResult& result, std::ostream& out);
 void print_check_table(const CheckResult& check, std::ostream& out);
+// A 2-byte run's step 0 against the f32 single-device layer (RankRun::f32_check).
+void print_f32_check_table(const CheckResult& check, std::ostream& out);
 void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,
                       std::ostream& out);
 void print_memory_table(const RankMemory& memory, const LayerConfig& config, std::ostream& out);

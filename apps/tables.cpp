@@ -57,19 +57,9 @@ bool is_modelled(const CommLine& line) {
   return line.purpose == CommPurpose::activation || line.purpose == CommPurpose::param_grad;
 }
 
-}  // namespace
-
-void print_check_table(const CheckResult& check, std::ostream& out) {
+// The rows of a check's table, its diagnoses and its verdict.
+void print_check_rows(const CheckResult& check, std::ostream& out) {
   char line[240];
-  out << "\nreference check against the single-device layer stepping in lockstep (same weights, "
-         "data and SGD updates): an element passes when |a - b| <= "
-      << check.tolerance.atol << " max|b| + " << check.tolerance.rtol << " |b|\n";
-  if (check.passed) {
-    out << "steps 0-" << check.step << " checked, every tensor passed; step " << check.step
-        << ":\n";
-  } else {
-    out << "step " << check.step << " FAILED (steps before it passed):\n";
-  }
   std::snprintf(line, sizeof line, "%-26s %20s %12s %12s %12s  %s\n", "tensor", "failed elements",
                 "max_abs_err", "max_rel_err", "worst/bound", "result");
   out << line;
@@ -84,6 +74,28 @@ void print_check_table(const CheckResult& check, std::ostream& out) {
     if (!t.diagnosis.empty()) out << "  " << t.name << ": " << t.diagnosis << "\n";
   }
   out << "check " << (check.passed ? "passed" : "FAILED") << "\n";
+}
+
+}  // namespace
+
+void print_check_table(const CheckResult& check, std::ostream& out) {
+  out << "\nreference check against the single-device layer stepping in lockstep (same weights, "
+         "data and SGD updates): an element passes when |a - b| <= "
+      << check.tolerance.atol << " max|b| + " << check.tolerance.rtol << " |b|\n";
+  if (check.passed) {
+    out << "steps 0-" << check.step << " checked, every tensor passed; step " << check.step
+        << ":\n";
+  } else {
+    out << "step " << check.step << " FAILED (steps before it passed):\n";
+  }
+  print_check_rows(check, out);
+}
+
+void print_f32_check_table(const CheckResult& check, std::ostream& out) {
+  out << "\nstep 0 against the single-device layer in f32 (the same weights and data, widened "
+         "exactly): an element passes when |a - b| <= "
+      << check.tolerance.atol << " max|b| + " << check.tolerance.rtol << " |b|\n";
+  print_check_rows(check, out);
 }
 
 void print_comm_table(const std::vector<CommLine>& measured, const std::vector<CommLine>& model,

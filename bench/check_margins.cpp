@@ -4,9 +4,12 @@
 // (planted in the first mode it applies to) how far above its bound the worst element of the
 // *output alone* goes at the first step where the output fails. Both must be at least 100 for the
 // tolerance to be trusted (docs/derivations.md, "The tolerance of the reference check"). One line
-// per shape and dtype; the table is generated, and the docs check runs it again.
+// per shape and dtype; the table is generated, and the docs check runs it again. With --against
+// f32 (2-byte dtypes) the same margins of the check of step 0 against the f32 single-device layer
+// (RankRun::f32_check) at f32_reference_tolerance.
 //
 //   ./build/default/bench/check_margins [--rtol R --atol A] [--per-bug] [--dtype D ...]
+//                                       [--against f32]
 //   (default: the per-dtype tolerance, f32 and f64; --per-bug adds each bug's margin on stderr)
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -33,7 +36,11 @@ struct ShapeCase {
 constexpr ShapeCase kShapes[] = {{8, 2, 16, 4}, {12, 1, 24, 6}, {10, 2, 32, 8}};
 constexpr int kSteps = 3;
 
-CheckResult check_of(const LayerRunSpec& spec) {
+// The reference a run is measured against: the single-device layer in the run's dtype, or (a
+// 2-byte run's step 0) in f32.
+enum class Against { own, f32 };
+
+CheckResult check_of(const LayerRunSpec& spec, Against against) {
   CheckResult out;
   std::mutex mutex;
   LayerRunSpec shared = spec;
@@ -41,13 +48,13 @@ CheckResult check_of(const LayerRunSpec& spec) {
   run_spmd(spec.layer.degree, SpmdOptions{}, [&](RankEnv& env) {
     RankRun run = run_layer_rank(env, shared);
     std::lock_guard<std::mutex> lock(mutex);
-    if (env.rank == 0) out = std::move(run.check);
+    if (env.rank == 0) out = std::move(against == Against::f32 ? run.f32_check : run.check);
   });
   return out;
 }
 
 LayerRunSpec spec_of(const ShapeCase& s, DType dtype, ParallelMode mode, PlantedBug bug,
-                     const std::optional<Tolerance>& tolerance) {
+                     const Tolerance& tolerance) {
   LayerRunSpec spec;
   spec.layer.seq = s.seq;
   spec.layer.batch = s.batch;
@@ -70,10 +77,10 @@ struct Margin {
 };
 
 // The correct runs: bound / |a - b| of the worst element of any tensor at any step.
-Margin correct_margin(const ShapeCase& s, DType dtype, const std::optional<Tolerance>& tol) {
+Margin correct_margin(const ShapeCase& s, DType dtype, const Tolerance& tol, Against against) {
   Margin m;
   for (ParallelMode mode : {ParallelMode::tp, ParallelMode::tp_sp, ParallelMode::ulysses}) {
-    const CheckResult r = check_of(spec_of(s, dtype, mode, PlantedBug::none, tol));
+    const CheckResult r = check_of(spec_of(s, dtype, mode, PlantedBug::none, tol), against);
     for (const StepCheck& step : r.history) {
       const double margin =
           step.worst > 0 ? 1 / step.worst : std::numeric_limits<double>::infinity();
@@ -98,14 +105,14 @@ struct BugMargins {
   int forward_caught = 0, forward_bugs = 0, backward_caught = 0, backward_bugs = 0;
 };
 
-BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tolerance>& tol,
+BugMargins bug_margins(const ShapeCase& s, DType dtype, const Tolerance& tol, Against against,
                        bool per_bug) {
   BugMargins m;
   for (const PlantedBugInfo& info : planted_bugs()) {
     LayerRunSpec spec = spec_of(s, dtype, first_mode(info.bug), info.bug, tol);
     spec.layer.rope = info.needs_rope;  // a mistake of the rotary embedding needs one to make
     spec.layer.validate();
-    const CheckResult r = check_of(spec);
+    const CheckResult r = check_of(spec, against);
     double margin = 0;
     int at = -1;
     for (const StepCheck& step : r.history) {
@@ -116,15 +123,15 @@ BugMargins bug_margins(const ShapeCase& s, DType dtype, const std::optional<Tole
         break;
       }
     }
+    // A bug no checked step catches has margin 0 here, not none.
+    Margin caught{0, std::string(info.name) + " never"};
     for (const StepCheck& step : r.history) {
       if (step.passed) continue;
-      if (step.worst < m.any.value) {
-        m.any.value = step.worst;
-        m.any.where =
-            std::string(info.name) + " " + step.worst_tensor + " step " + std::to_string(step.step);
-      }
+      caught = {step.worst, std::string(info.name) + " " + step.worst_tensor + " step " +
+                                std::to_string(step.step)};
       break;
     }
+    if (caught.value < m.any.value) m.any = caught;
     if (per_bug) {
       std::fprintf(stderr, "%s s=%lld %s in %s: %.3g at step %d\n", dtype_name(dtype),
                    static_cast<long long>(s.seq), info.name, mode_name(first_mode(info.bug)),
@@ -161,7 +168,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtype_names{"f32", "f64"};
   app.add_option("--dtype", dtype_names, "the dtypes to measure (f32, f64, bf16, f16)")
       ->capture_default_str();
+  std::string against_name = "own";
+  app.add_option("--against", against_name,
+                 "the reference: own (the run's dtype) or f32 (2-byte dtypes, step 0)")
+      ->check(CLI::IsMember({"own", "f32"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const Against against = against_name == "f32" ? Against::f32 : Against::own;
   std::vector<DType> dtypes;
   for (const std::string& name : dtype_names) {
     bool known = false;
@@ -170,6 +183,13 @@ int main(int argc, char** argv) {
         dtypes.push_back(d);
         known = true;
       }
+    }
+    if (known && against == Against::f32 && !is_half(dtypes.back())) {
+      std::fprintf(stderr,
+                   "check_margins: --against f32 measures the 2-byte dtypes (bf16, f16), "
+                   "not %s\n",
+                   name.c_str());
+      return 2;
     }
     if (!known) {
       std::fprintf(stderr, "check_margins: --dtype %s: expected f32, f64, bf16 or f16\n",
@@ -184,11 +204,12 @@ int main(int argc, char** argv) {
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   bool held = true, on_output = true;
   for (const DType dtype : dtypes) {
-    const Tolerance d = default_tolerance(dtype);
+    const Tolerance d =
+        against == Against::f32 ? f32_reference_tolerance(dtype) : default_tolerance(dtype);
     const Tolerance t{rtol.value_or(d.rtol), atol.value_or(d.atol)};
     for (const ShapeCase& s : kShapes) {
-      const Margin ok = correct_margin(s, dtype, t);
-      const BugMargins bad = bug_margins(s, dtype, t, per_bug);
+      const Margin ok = correct_margin(s, dtype, t, against);
+      const BugMargins bad = bug_margins(s, dtype, t, against, per_bug);
       held = held && ok.value >= 100 && bad.any.value >= 100;
       on_output = on_output && bad.forward.value >= 100 && bad.backward.value >= 100;
       char tol[48];

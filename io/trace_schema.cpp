@@ -284,8 +284,13 @@ TraceMeta parse_meta(const json& other, const std::string& source) {
   }
   meta.max_events = f.count(other, "otherData", "max_events");
   meta.dropped_events = f.count(other, "otherData", "dropped_events");
-  if (other.contains("first_dropped_step")) {
+  // first_dropped_step is there exactly when events were dropped (the writer's rule), so a trace
+  // read back writes the same otherData.
+  if (meta.dropped_events > 0) {
     meta.first_dropped_step = f.integer(other, "otherData", "first_dropped_step", 0);
+  } else if (other.contains("first_dropped_step")) {
+    f.fail("otherData.first_dropped_step",
+           "expected only when otherData.dropped_events > 0, given with dropped_events 0");
   }
   meta.clock_origin_unix_us = f.number(other, "otherData", "clock_origin_unix_us");
   return meta;

@@ -65,6 +65,28 @@ FullData full_data(Context& ctx, const LayerRunSpec& spec) {
   return d;
 }
 
+// The spec of a 2-byte run's f32 reference: the same layer in f32, its weights and data the run's
+// (`narrow`) widened exactly, the run's loss scale (the gradients compared are the scaled ones).
+LayerRunSpec widened_spec(const LayerRunSpec& spec, const FullData& narrow) {
+  LayerRunSpec wide = spec;
+  wide.layer.dtype = DType::f32;
+  wide.loss_scale = spec.loss_scale_used();
+  std::vector<std::pair<std::string, Tensor>> values = stack_named(spec.layer, narrow.weights);
+  values.push_back({"input", narrow.x});
+  values.push_back({"target", narrow.target});
+  wide.load = [values = std::move(values)](const std::string& name, const Tensor& full) {
+    for (const auto& [n, t] : values) {
+      if (n != name) continue;
+      const std::vector<double> v = t.to_vector();
+      float* out = full.data<float>();
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
+      return;
+    }
+    throw StateError("the f32 reference found no tensor '" + name + "' in the run's data");
+  };
+  return wide;
+}
+
 LayerHandle make_layer(RankEnv& env, const LayerRunSpec& spec,
                        const std::vector<LayerWeights>& full) {
   const LayerConfig& c = spec.layer;
@@ -170,10 +192,9 @@ CheckedTensors after_update(const LayerHandle& layer) {
 // diagnosed whole: a sharded one gathered, a replicated one broadcast from the first rank whose
 // copy failed, against the full reference on the rank that diagnoses (rank 0; the others keep the
 // statistics).
-std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
+std::vector<TensorCheck> compare_part(RankEnv& env, const Tolerance& tolerance,
                                       const CheckedTensors& c, const SharedReference::Slices& want,
                                       SharedReference& reference, int step) {
-  const Tolerance tolerance = spec.tolerance.value_or(default_tolerance(spec.layer.dtype));
   constexpr std::size_t kStats = 4;
   std::vector<double> mine;
   for (std::size_t i = 0; i < c.names.size(); ++i) {
@@ -232,6 +253,38 @@ std::vector<TensorCheck> compare_part(RankEnv& env, const LayerRunSpec& spec,
   }
   return out;
 }
+
+// One reference's check of one step: the tensors before the SGD update are compared in the step's
+// scope (while the output and the gradients live), the parameters after it.
+struct StepComparison {
+  SharedReference& reference;
+  const LayerRunSpec& spec;  // the reference's
+  Tolerance tolerance;
+  SharedReference::Slices want_after;
+  std::vector<TensorCheck> tensors;
+
+  void before_update(RankEnv& env, const CheckedTensors& before, const CheckedTensors& after,
+                     int step, Context& into) {
+    std::vector<std::string> names = before.names;
+    std::vector<Placement> placements = before.placements();
+    names.insert(names.end(), after.names.begin(), after.names.end());
+    for (const Placement& p : after.placements()) placements.push_back(p);
+    SharedReference::Slices want =
+        reference.slices(spec, step, names, placements, env.rank, env.world, into);
+    const auto n = static_cast<std::ptrdiff_t>(before.names.size());
+    want_after.tensors.assign(want.tensors.begin() + n, want.tensors.end());
+    want_after.scales.assign(want.scales.begin() + n, want.scales.end());
+    want.tensors.resize(before.names.size());
+    want.scales.resize(before.names.size());
+    tensors = compare_part(env, tolerance, before, want, reference, step);
+  }
+  void after_update(RankEnv& env, const CheckedTensors& after, int step) {
+    for (TensorCheck& t : compare_part(env, tolerance, after, want_after, reference, step)) {
+      tensors.push_back(std::move(t));
+    }
+    want_after = {};
+  }
+};
 
 StepCheck summarise(int step, const std::vector<TensorCheck>& tensors) {
   StepCheck s;
@@ -385,6 +438,12 @@ SharedReference::Slices SharedReference::slices(const LayerRunSpec& spec, int st
   return out;
 }
 
+SharedReference& SharedReference::widened() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!widened_) widened_ = std::make_unique<SharedReference>();
+  return *widened_;
+}
+
 Tensor SharedReference::full(int step, const std::string& name, Context& into) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto& tensors = step == step_ ? tensors_ : previous_;
@@ -454,6 +513,13 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
   run.rank = env.rank;
   run.check.ran = checked_run;
   run.check.tolerance = spec.tolerance.value_or(default_tolerance(c.dtype));
+  // A 2-byte run's step 0 is compared with the f32 single-device layer too.
+  run.f32_check.ran = checked_run && is_half(c.dtype);
+  std::optional<LayerRunSpec> f32_spec;
+  if (run.f32_check.ran) {
+    f32_spec = widened_spec(spec, data);
+    run.f32_check.tolerance = f32_reference_tolerance(c.dtype);
+  }
   bool failed_before = false;  // a checked step failed (its tensors are the ones reported)
   run.steps.reserve(static_cast<std::size_t>(spec.steps));  // no growth as the run goes on
   for (int step = 0; step < spec.steps; ++step) {
@@ -473,9 +539,13 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
       checking += std::chrono::steady_clock::now() - from;
     };
     double loss = 0;
-    Context ref(env.rank);  // the reference's slices for this rank
-    std::vector<TensorCheck> step_tensors;
-    SharedReference::Slices want_after;
+    Context ref(env.rank);  // the references' slices for this rank
+    std::optional<StepComparison> compared, compared_f32;
+    if (check_step) compared.emplace(StepComparison{*reference, spec, run.check.tolerance, {}, {}});
+    if (check_step && step == 0 && f32_spec) {
+      compared_f32.emplace(
+          StepComparison{reference->widened(), *f32_spec, run.f32_check.tolerance, {}, {}});
+    }
     {  // the step's output, seed and graph live in here
       ParallelTensor y = layer.forward(x);
       if (inspector) inspector->tensor(env.rank, "output", y);
@@ -494,20 +564,8 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
         timed([&] {
           const CheckedTensors before = before_update(layer, x, y, loss);
           const CheckedTensors after = after_update(layer);
-          std::vector<std::string> names = before.names;
-          std::vector<Placement> placements = before.placements();
-          names.insert(names.end(), after.names.begin(), after.names.end());
-          for (const Placement& p : after.placements()) placements.push_back(p);
-          SharedReference::Slices want =
-              reference->slices(spec, step, names, placements, env.rank, env.world, ref);
-          const std::size_t n = before.names.size();
-          want_after.tensors.assign(want.tensors.begin() + static_cast<std::ptrdiff_t>(n),
-                                    want.tensors.end());
-          want_after.scales.assign(want.scales.begin() + static_cast<std::ptrdiff_t>(n),
-                                   want.scales.end());
-          want.tensors.resize(n);
-          want.scales.resize(n);
-          step_tensors = compare_part(env, spec, before, want, *reference, step);
+          compared->before_update(env, before, after, step, ref);
+          if (compared_f32) compared_f32->before_update(env, before, after, step, ref);
         });
       }
       if (step == 0 && spec.dump) {  // also left out of the step's time
@@ -520,16 +578,23 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     x.local.zero_grad();
     if (check_step) {
       timed([&] {
-        for (TensorCheck& t :
-             compare_part(env, spec, after_update(layer), want_after, *reference, step)) {
-          step_tensors.push_back(std::move(t));
+        const CheckedTensors after = after_update(layer);
+        compared->after_update(env, after, step);
+        if (compared_f32) {
+          compared_f32->after_update(env, after, step);
+          const StepCheck brief = summarise(step, compared_f32->tensors);
+          run.f32_check.history.push_back(brief);
+          run.f32_check.steps_checked = 1;
+          run.f32_check.step = step;
+          run.f32_check.tensors = std::move(compared_f32->tensors);
+          run.f32_check.passed = brief.passed;
         }
-        const StepCheck brief = summarise(step, step_tensors);
+        const StepCheck brief = summarise(step, compared->tensors);
         run.check.history.push_back(brief);
         run.check.steps_checked = step + 1;
         if (!failed_before) {  // the first failed step's tensors stay the ones reported
           run.check.step = step;
-          run.check.tensors = std::move(step_tensors);
+          run.check.tensors = std::move(compared->tensors);
           run.check.passed = brief.passed;
           failed_before = !brief.passed;
         }
@@ -538,7 +603,6 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
         if (inspector) inspector->check(env.rank, run.check);
       });
     }
-    want_after = {};
     const std::chrono::duration<double, std::milli> elapsed =
         std::chrono::steady_clock::now() - start - checking;
     run.steps.push_back({loss, elapsed.count(), ledger.live_total()});

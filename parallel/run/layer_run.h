@@ -99,9 +99,14 @@ class SharedReference {
   // The full tensor `name` of step `step` (the latest step or the one before), copied into
   // `into`: what a failed tensor is diagnosed against.
   Tensor full(int step, const std::string& name, Context& into);
+  // The reference of a 2-byte run (bf16, f16) in f32: the single-device layer in f32, started
+  // from the run's 2-byte weights and data widened to f32 (exactly) and given to its `slices` by
+  // widened_spec. Made by the first rank to ask.
+  SharedReference& widened();
 
  private:
   std::mutex mutex_;
+  std::unique_ptr<SharedReference> widened_;
   std::unique_ptr<Context> context_;  // the reference's tensors live here
   std::unique_ptr<ReferenceLayer> layer_;
   int step_ = -1;
@@ -181,6 +186,10 @@ struct RankRun {
   std::vector<RankMemory> group_memory;  // every rank's totals (no terms), gathered at the end
   std::vector<CommLine> comm;            // step 0, every purpose
   CheckResult check;                     // the group's, on every rank
+  // A 2-byte run's step 0 against the f32 single-device layer (SharedReference::widened) at
+  // f32_reference_tolerance(dtype), the group's; `ran` false for f32 and f64 runs and where
+  // `check` did not run.
+  CheckResult f32_check;
 };
 
 // Lets a tool look inside a rank's run (the terminal debugger): called on the rank's thread.

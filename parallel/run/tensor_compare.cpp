@@ -24,6 +24,18 @@ Tolerance default_tolerance(DType dtype) {
   return {3e-5, 3e-5};
 }
 
+Tolerance f32_reference_tolerance(DType dtype) {
+  if (!is_half(dtype)) {
+    throw ConfigError(std::string("the check against an f32 reference is for the 2-byte dtypes "
+                                  "(bf16, f16); dtype is ") +
+                          dtype_name(dtype),
+                      {"dtype"});
+  }
+  // The same count of unit roundoffs as between two 2-byte runs: docs/derivations.md ("The 2-byte
+  // types") derives it and bench/check_margins --against f32 measures it.
+  return default_tolerance(dtype);
+}
+
 double scale_of(const std::vector<double>& values) {
   double s = 0;
   for (double v : values) {

@@ -24,8 +24,11 @@ struct Tolerance {
   double atol = 0;  // in units of the tensor's scale, max |want|
 };
 
-// The defaults per dtype (f32 and the narrower types share f32's).
+// The defaults per dtype, for a run against the single-device layer in its own dtype.
 Tolerance default_tolerance(DType dtype);
+// A 2-byte run (bf16, f16) against the single-device layer in f32 from the same weights and data
+// (docs/derivations.md, "The 2-byte types"). ConfigError for another dtype.
+Tolerance f32_reference_tolerance(DType dtype);
 
 // The largest |got - want| an element may show: atol * scale + rtol * |want|.
 inline double element_bound(double want, double scale, const Tolerance& tolerance) {

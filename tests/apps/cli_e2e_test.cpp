@@ -71,16 +71,29 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
   EXPECT_THAT(none.output, HasSubstr("layers must be in [1, 65536], given 0 (set by --layers)"));
 }
 
-// The 2-byte types: checked at their tolerance, the paper's numbers with A = 2, and the runs they
-// cannot make refused before any rank starts.
+// The 2-byte types: checked at their tolerance against the single-device layer in their own dtype
+// and (step 0) in f32, in the tables and the report, the paper's numbers with A = 2, and the runs
+// they cannot make refused before any rank starts.
 TEST(Cli, TwoByteRunsAreCheckedAndRefusedWhereTheyCannotRun) {
+  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_bf16.json";
+  std::filesystem::remove(path);
   const Result bf16 = run_cli(
-      "run --dtype bf16 --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 32 --heads 4 --steps 2");
+      "run --dtype bf16 --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 32 --heads 4 --steps 2 "
+      "--report " +
+      path.string());
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_THAT(bf16.output, HasSubstr("(A = 2 bytes, bf16;"));
   EXPECT_THAT(bf16.output, HasSubstr("<= 0.03125 max|b| + 0.03125 |b|"));
-  EXPECT_THAT(bf16.output, HasSubstr("check passed"));
+  EXPECT_THAT(bf16.output, HasSubstr("step 0 against the single-device layer in f32"));
+  EXPECT_THAT(bf16.output, ::testing::ContainsRegex("check passed(.|\n)*check passed"));
   EXPECT_THAT(bf16.output, Not(HasSubstr("MISMATCH")));
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << "no report at " << path;
+  const nlohmann::json report = nlohmann::json::parse(file);
+  EXPECT_EQ(report["f32_check"]["ran"], true);
+  EXPECT_EQ(report["f32_check"]["passed"], true);
+  EXPECT_EQ(report["f32_check"]["step"], 0);
+  EXPECT_EQ(report["f32_check"]["tensors"].size(), report["check"]["tensors"].size());
   const Result f16 = run_cli(
       "run --dtype f16 --mode tp --degree 2 --seq 8 --batch 2 --hidden 32 "
       "--heads 4 --steps 1");

@@ -134,6 +134,28 @@ TEST(TraceReader, ReadsSavedExtraBytesWhenPresentAndChecksThem) {
                     HasSubstr("expected at most args.saved_bytes")));
 }
 
+// Found by fuzzing: a trace with dropped events but no first_dropped_step was accepted (-1) and
+// written back with -1, which the reader refused. The field is there exactly when events were
+// dropped.
+TEST(TraceReader, FirstDroppedStepIsThereExactlyWhenEventsWereDropped) {
+  EXPECT_THAT(rejection(edited([](nlohmann::json& j) { j["otherData"]["dropped_events"] = 3; })),
+              HasSubstr("field 'otherData.first_dropped_step': missing"));
+  EXPECT_THAT(rejection(edited([](nlohmann::json& j) {
+                j["otherData"]["dropped_events"] = 3;
+                j["otherData"]["first_dropped_step"] = -1;
+              })),
+              HasSubstr("field 'otherData.first_dropped_step': expected an integer in [0, "));
+  EXPECT_THAT(
+      rejection(edited([](nlohmann::json& j) { j["otherData"]["first_dropped_step"] = 2; })),
+      AllOf(HasSubstr("field 'otherData.first_dropped_step'"),
+            HasSubstr("expected only when otherData.dropped_events > 0")));
+  const TraceFile dropped = parse_trace(edited([](nlohmann::json& j) {
+    j["otherData"]["dropped_events"] = 3;
+    j["otherData"]["first_dropped_step"] = 2;
+  }));
+  EXPECT_EQ(dropped.meta.first_dropped_step, 2);
+}
+
 TEST(TraceReader, RejectsAFileThatCannotBeOpened) {
   EXPECT_THROW(read_trace(trace_testing::temp_path("no_such_trace.json")), Error);
 }

@@ -103,6 +103,17 @@ inline void expect_checked_and_modelled(const LayerRunSpec& spec, const std::vec
     EXPECT_TRUE(t.passed) << what << ": " << t.name << " " << t.failed << " of " << t.elements
                           << " elements out of tolerance, max_rel_err " << t.max_rel_err;
   }
+  // A 2-byte run's step 0 against the f32 single-device layer too, every tensor.
+  const CheckResult& wide = runs[0].f32_check;
+  EXPECT_EQ(wide.ran, is_half(spec.layer.dtype)) << what;
+  if (wide.ran) {
+    EXPECT_EQ(wide.step, 0) << what;
+    EXPECT_EQ(wide.tensors.size(), check.tensors.size()) << what;
+    for (const TensorCheck& t : wide.tensors) {
+      EXPECT_TRUE(t.passed) << what << " against f32: " << t.name << " " << t.failed << " of "
+                            << t.elements << " elements out of tolerance";
+    }
+  }
   for (const RankRun& run : runs) {
     EXPECT_EQ(run.memory.saved_activation_bytes, run.memory.formula_bytes) << what;
     EXPECT_EQ(run.memory.extras_bytes, run.memory.formula_extras_bytes) << what;
