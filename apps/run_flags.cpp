@@ -122,9 +122,8 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
 }
 
 DType parse_dtype(const std::string& name) {
-  for (const DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-    if (name == dtype_name(d)) return d;
-  }
+  const std::optional<DType> d = dtype_from_name(name);
+  if (d && is_floating(*d)) return *d;
   throw ArgumentError("--dtype " + name + " is not supported: expected f32, f64, bf16 or f16");
 }
 

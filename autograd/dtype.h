@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace shardscope {
@@ -39,6 +40,14 @@ inline const char* dtype_name(DType dtype) {
       return "f16";
   }
   return "?";
+}
+
+// The dtype dtype_name calls `name`; none for another name.
+inline std::optional<DType> dtype_from_name(const std::string& name) {
+  for (const DType d : {DType::f32, DType::f64, DType::u8, DType::bf16, DType::f16}) {
+    if (name == dtype_name(d)) return d;
+  }
+  return std::nullopt;
 }
 
 inline bool is_floating(DType dtype) {

@@ -177,25 +177,20 @@ int main(int argc, char** argv) {
   const Against against = against_name == "f32" ? Against::f32 : Against::own;
   std::vector<DType> dtypes;
   for (const std::string& name : dtype_names) {
-    bool known = false;
-    for (const DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-      if (name == dtype_name(d)) {
-        dtypes.push_back(d);
-        known = true;
-      }
+    const std::optional<DType> d = dtype_from_name(name);
+    if (!d || !is_floating(*d)) {
+      std::fprintf(stderr, "check_margins: --dtype %s: expected f32, f64, bf16 or f16\n",
+                   name.c_str());
+      return 2;
     }
-    if (known && against == Against::f32 && !is_half(dtypes.back())) {
+    if (against == Against::f32 && !is_half(*d)) {
       std::fprintf(stderr,
                    "check_margins: --against f32 measures the 2-byte dtypes (bf16, f16), "
                    "not %s\n",
                    name.c_str());
       return 2;
     }
-    if (!known) {
-      std::fprintf(stderr, "check_margins: --dtype %s: expected f32, f64, bf16 or f16\n",
-                   name.c_str());
-      return 2;
-    }
+    dtypes.push_back(*d);
   }
   std::printf(
       "| dtype | rtol, atol | s b h a | correct runs: bound / worst error (where) | "

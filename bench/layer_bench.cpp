@@ -1,8 +1,10 @@
-// The single-device Transformer layer, f32, dropout 0.1 at its three sites:
-//   BM_LayerStep/s/b/h/a       forward + backward of loss = sum(y) (parameter gradients
+// The single-device Transformer layer (GPT's by default: f32, dropout 0.1 at its three sites):
+//   BM_LayerStep/s/b/h/a/g     forward + backward of loss = sum(y) (parameter gradients
 //                              accumulate), the step bench/torch_layer.py times in PyTorch; each
 //                              step ends by reading the loss on the host, which waits for the
-//                              device, so a step's time is the device's too;
+//                              device, so a step's time is the device's too; the GFLOP/s counter
+//                              is the step's matrix products (GemmFlops: forward, and backward
+//                              twice that) over its time;
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
@@ -11,9 +13,12 @@
 //                              same with the process's CPU time, all threads: the work the
 //                              observers add, which other programs on the machine inflate less).
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
-//   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--shape=s,b,h,a ...] [--benchmark_...]
+//   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
+//                                     [--shape=s,b,h,a[,g] ...] [--benchmark_...]
 // --backend=cuda runs BM_LayerStep on cuda:0 (TF32 off unless SHARDSCOPE_TF32=1; exit 2 without a
-// device) and leaves BM_ObserverOverhead out; --shape (repeatable) replaces BM_LayerStep's shapes.
+// device) and leaves BM_ObserverOverhead out; --model (apply_model's presets) and --dtype (f32,
+// f64, bf16, f16) set BM_LayerStep's layer; --shape (repeatable) replaces its shapes, g the
+// key/value heads (default a).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -22,11 +27,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "autograd/flop_counter.h"
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
@@ -46,26 +53,34 @@ LayerConfig config_of(const benchmark::State& state) {
   return c;
 }
 
-// Multiply-adds of the layer's GEMMs: forward 24 sbh^2 + 4 s^2 bh flops, backward twice that.
-double layer_flops(const LayerConfig& c) {
-  const double s = static_cast<double>(c.seq), b = static_cast<double>(c.batch);
-  const double h = static_cast<double>(c.hidden);
-  return 3.0 * 2.0 * (12.0 * s * b * h * h + 2.0 * s * s * b * h);
-}
+// The layer BM_LayerStep runs: a preset and a dtype.
+struct LayerChoice {
+  std::string model = "gpt";
+  DType dtype = DType::f32;
+};
 
-void BM_LayerStep(benchmark::State& state, Device device) {
-  const LayerConfig c = config_of(state);
+void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
+  LayerConfig c = config_of(state);
+  apply_model(choice.model, c);
+  c.kv_heads = state.range(4);
+  c.dtype = choice.dtype;
+  c.validate();
   Context ctx(0, device);
   TransformerLayer layer(c, make_layer_weights(ctx, c));
-  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
-  sum(layer.forward(x)).backward();  // untimed: the first step maps (or caches) its memory
+  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+  GemmFlops flops;
+  {  // untimed: the first step maps (or caches) its memory, and counts the products
+    ObserverGuard count(ctx, flops);
+    sum(layer.forward(x)).backward();
+  }
   for (auto _ : state) {
     Tensor loss = sum(layer.forward(x));
     loss.backward();
     benchmark::DoNotOptimize(loss.item());  // on the host: waits for the device's work
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      layer_flops(c), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 double median(std::vector<double> v) {
@@ -131,7 +146,8 @@ void BM_ObserverOverhead(benchmark::State& state) {
 // Our flags, taken out of argv before Google Benchmark reads the rest.
 struct BenchFlags {
   Device device = Device::cpu();
-  std::vector<std::vector<std::int64_t>> shapes;  // empty: the default shapes
+  LayerChoice layer;
+  std::vector<std::vector<std::int64_t>> shapes;  // s, b, h, a, g; empty: the default shapes
 };
 
 std::vector<std::int64_t> parse_shape(const std::string& text) {
@@ -145,9 +161,11 @@ std::vector<std::int64_t> parse_shape(const std::string& text) {
     valid = valid && !part.empty() && *end == '\0' && value >= 1;
     dims.push_back(value);
   }
-  if (!valid || dims.size() != 4) {
-    throw std::invalid_argument("--shape=" + text + ": expected s,b,h,a (four integers >= 1)");
+  if (!valid || (dims.size() != 4 && dims.size() != 5)) {
+    throw std::invalid_argument("--shape=" + text +
+                                ": expected s,b,h,a or s,b,h,a,g (integers >= 1)");
   }
+  if (dims.size() == 4) dims.push_back(dims[3]);  // g = a: multi-head attention
   return dims;
 }
 
@@ -162,6 +180,16 @@ BenchFlags take_flags(int& argc, char** argv) {
         throw std::invalid_argument(arg + ": expected --backend=cpu or --backend=cuda");
       }
       flags.device = name == "cuda" ? Device::cuda(0) : Device::cpu();
+    } else if (arg.rfind("--model=", 0) == 0) {
+      flags.layer.model = arg.substr(8);
+      LayerConfig probe;
+      apply_model(flags.layer.model, probe);  // ConfigError naming the presets
+    } else if (arg.rfind("--dtype=", 0) == 0) {
+      const std::optional<DType> dtype = dtype_from_name(arg.substr(8));
+      if (!dtype || !is_floating(*dtype)) {
+        throw std::invalid_argument(arg + ": expected f32, f64, bf16 or f16");
+      }
+      flags.layer.dtype = *dtype;
     } else if (arg.rfind("--shape=", 0) == 0) {
       flags.shapes.push_back(parse_shape(arg.substr(8)));
     } else {
@@ -174,10 +202,11 @@ BenchFlags take_flags(int& argc, char** argv) {
 
 void register_benchmarks(const BenchFlags& flags) {
   std::vector<std::vector<std::int64_t>> shapes = flags.shapes;
-  if (shapes.empty()) shapes = {{128, 4, 256, 8}, {256, 4, 512, 8}, {512, 4, 1024, 16}};
-  auto* step = benchmark::RegisterBenchmark("BM_LayerStep", BM_LayerStep, flags.device);
+  if (shapes.empty()) shapes = {{128, 4, 256, 8, 8}, {256, 4, 512, 8, 8}, {512, 4, 1024, 16, 16}};
+  auto* step =
+      benchmark::RegisterBenchmark("BM_LayerStep", BM_LayerStep, flags.device, flags.layer);
   for (const auto& shape : shapes) step->Args(shape);
-  step->ArgNames({"s", "b", "h", "a"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  step->ArgNames({"s", "b", "h", "a", "g"})->Unit(benchmark::kMillisecond)->UseRealTime();
   if (flags.device.kind != DeviceKind::cpu) return;
   // Not the largest shape: its 267 events a step cost about 0.2 ms of a 2 s step, far below the
   // step-to-step spread of two steps in a row on a shared machine.

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The single-device Transformer layer, forward + backward on CPU in f32, shardscope beside
-# PyTorch, on the same shapes and thread count, in one run: for each round and shape it runs
-# bench/layer_bench (Google Benchmark) then bench/torch_layer.py back to back, and prints the
-# median time per step of each over every round, and their ratio (shardscope / PyTorch: below 1,
-# shardscope is faster). Without PyTorch (Debian: python3-torch) the PyTorch column says so.
+# The single-device Transformer layer, forward + backward on CPU, shardscope beside PyTorch, on the
+# same layers, shapes, dtypes and thread count, in one run: for each round, model, dtype and shape
+# it runs bench/layer_bench (Google Benchmark) then bench/torch_layer.py back to back, and prints
+# the median time per step of each over every round, and their ratio (shardscope / PyTorch: below
+# 1, shardscope is faster). Without PyTorch (Debian: python3-torch) the PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
 # THREADS sets OPENBLAS_NUM_THREADS for both (shardscope's CPU backend: its GEMMs and loops;
 # PyTorch's GEMMs go to the same OpenBLAS) and torch.set_num_threads. Environment: ROUNDS (3) and
-# REPS (3, steps per round and shape); SHAPES ("s,b,h,a ..."; those layer_bench registers). OMP_WAIT_POLICY=passive keeps PyTorch's idle OpenMP threads from spinning: on a
-# machine shared with other work, spinning made its 2-thread steps several times slower.
+# REPS (3, steps per round and cell); MODELS ("gpt llama": apply_model's presets, llama with
+# g = ceil(a/4) key/value heads, the GQA of Llama 3 8B); DTYPES ("f32 bf16": PyTorch's own CPU
+# bfloat16 kernels as the peer of shardscope's bf16); SHAPES ("s,b,h,a ..."). OMP_WAIT_POLICY=
+# passive keeps PyTorch's idle OpenMP threads from spinning: on a machine shared with other work,
+# spinning made its 2-thread steps several times slower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/default}
@@ -18,6 +21,8 @@ cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 threads=${2:-$cores}
 rounds=${ROUNDS:-3}
 reps=${REPS:-3}
+models=${MODELS:-"gpt llama"}
+dtypes=${DTYPES:-"f32 bf16"}
 shapes=${SHAPES:-"128,4,256,8 256,4,512,8 512,4,1024,16"}
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive
 
@@ -31,42 +36,59 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), nproc $cores"
 echo "threads: OPENBLAS_NUM_THREADS=$threads (shardscope GEMMs and loops), torch.set_num_threads($threads)"
+if [ -n "$torch_python" ]; then
+  echo "torch: $("$torch_python" -c 'import torch; print(torch.__version__)')"
+else
+  echo "PyTorch is missing (Debian: apt-get install python3-torch): shardscope alone"
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-[ -n "$torch_python" ] || echo "PyTorch is missing (Debian: apt-get install python3-torch): shardscope alone"
 for round in $(seq "$rounds"); do
-  for shape in $shapes; do
-    IFS=, read -r s b h a <<<"$shape"
-    "$bench" --benchmark_filter="^BM_LayerStep/s:$s/b:$b/h:$h/a:$a/" --benchmark_repetitions="$reps" \
-      --benchmark_format=json >"$out/shardscope-$round-$shape.json" 2>/dev/null
-    if [ -n "$torch_python" ]; then
-      "$torch_python" bench/torch_layer.py --threads "$threads" --shape "$shape" --repetitions "$reps" \
-        --per-step >>"$out/torch.txt"
-    fi
+  for model in $models; do
+    for dtype in $dtypes; do
+      for shape in $shapes; do
+        IFS=, read -r s b h a <<<"$shape"
+        g=$a
+        [ "$model" = llama ] && g=$(((a + 3) / 4))
+        cell="$model,$dtype,$s,$b,$h,$a,$g"
+        "$bench" --model="$model" --dtype="$dtype" --shape="$s,$b,$h,$a,$g" \
+          --benchmark_filter="^BM_LayerStep/" --benchmark_repetitions="$reps" \
+          --benchmark_format=json >"$out/shardscope-$round-$cell.json" 2>/dev/null
+        if [ -n "$torch_python" ]; then
+          times=$("$torch_python" bench/torch_layer.py --threads "$threads" --model "$model" \
+            --dtype "$dtype" --shape "$s,$b,$h,$a,$g" --repetitions "$reps" --per-step 2>/dev/null |
+            cut -d' ' -f2-)
+          echo "$cell $times" >>"$out/torch.txt"
+        fi
+      done
+    done
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$out" "$shapes" <<'EOF'
-import glob, json, statistics, sys
-out, shapes = sys.argv[1], sys.argv[2].split()
-ours, torch = {s: [] for s in shapes}, {s: [] for s in shapes}
+python3 - "$out" <<'EOF'
+import collections, glob, json, os, statistics, sys
+out = sys.argv[1]
+ours, torch = collections.defaultdict(list), collections.defaultdict(list)
 for path in glob.glob(f"{out}/shardscope-*.json"):
-    shape = path.rsplit("-", 1)[1][:-5]
+    cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
     for run in json.load(open(path))["benchmarks"]:
         if run.get("run_type") == "iteration":
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
-            ours[shape].append(run["real_time"] * scale)
-try:
+            ours[cell].append(run["real_time"] * scale)
+if os.path.exists(f"{out}/torch.txt"):
     for line in open(f"{out}/torch.txt"):
-        shape, *times = line.split()
-        torch[shape] += [float(t) for t in times]
-except FileNotFoundError:
-    pass
-print(f"{'shape (s,b,h,a)':<18} {'shardscope ms/step':>19} {'torch ms/step':>14} {'ratio':>6}  steps")
-for s in shapes:
-    a = statistics.median(ours[s])
-    if torch[s]:
-        t = statistics.median(torch[s])
-        print(f"{s:<18} {a:>19.1f} {t:>14.1f} {a / t:>6.2f}  {len(ours[s])} + {len(torch[s])}")
+        cell, *times = line.split()
+        torch[cell] += [float(t) for t in times]
+print(f"{'model':<6} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
+      f"{'torch ms/step':>14} {'ratio':>6}  steps")
+order = lambda cell: (cell.split(",")[0], cell.split(",")[1], int(cell.split(",")[2]))
+for cell in sorted(ours, key=order):
+    model, dtype, shape = cell.split(",", 2)
+    a = statistics.median(ours[cell])
+    if torch[cell]:
+        t = statistics.median(torch[cell])
+        print(f"{model:<6} {dtype:<5} {shape:<18} {a:>19.1f} {t:>14.1f} {a / t:>6.2f}  "
+              f"{len(ours[cell])} + {len(torch[cell])}")
     else:
-        print(f"{s:<18} {a:>19.1f} {'(no torch)':>14} {'':>6}  {len(ours[s])}")
+        print(f"{model:<6} {dtype:<5} {shape:<18} {a:>19.1f} {'(no torch)':>14} {'':>6}  "
+              f"{len(ours[cell])}")
 EOF

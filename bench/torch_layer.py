@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
-"""The shardscope Transformer layer in PyTorch: forward + backward time per step, f32, CPU or CUDA.
+"""The shardscope Transformer layer in PyTorch: forward + backward time per step, CPU or CUDA.
 
-The same layer as parallel/layers/transformer_layer.cpp and parallel/layers/attention_core.cpp, op for op:
+The same layers as parallel/layers/transformer_layer.cpp and parallel/layers/attention_core.cpp
+(apply_model's presets), op for op. --model gpt (the default):
   x [s, b, h] -> LayerNorm -> QKV linear (columns grouped by head: [s, b, a, 3, d])
   -> q, k, v [b, a, s, d] -> scores = q k^T / sqrt(d) -> causal softmax -> dropout
   -> probs v -> [s, b, h] -> output linear -> dropout -> + x = h1
   h1 -> LayerNorm -> fc1 (4h) -> GeLU (tanh form) -> fc2 -> dropout -> + h1 = y
-loss = sum(y); backward; parameter gradients accumulate, as in bench/layer_bench.cpp.
+--model llama (no biases, no dropout, g key/value heads):
+  x -> RMSNorm -> QKV (a d query columns, then g pairs of key and value heads [s, b, g, 2, d])
+  -> rotary embedding of q and k (rotate-half, base 10000) -> q [b, g, r s, d] (r = a / g query
+  heads per key/value head), k, v [b, g, s, d] -> scores / sqrt(d) -> causal softmax -> probs v
+  -> [s, b, h] -> output linear -> + x = h1
+  h1 -> RMSNorm -> fc1 (2f: gate and up interleaved in pairs) -> SiLU(gate) up -> fc2 -> + h1 = y
+  with f = 8h/3 rounded up to a multiple of 48.
+loss = sum(y); backward; parameter gradients accumulate, as in bench/layer_bench.cpp. --dtype
+bf16: weights, input and every activation in bfloat16 (PyTorch's own CPU bf16 kernels).
 
   python3 bench/torch_layer.py --threads 2 --shape 512,4,1024,16 [--shape ...] [--repetitions 5]
+  python3 bench/torch_layer.py --model llama --dtype bf16 --shape 256,4,512,8,2
   python3 bench/torch_layer.py --device cuda --shape 1024,4,1024,16 --repetitions 20 --warmup 3
-prints one line per shape: "s,b,h,a median_ms mean_ms repetitions", or with --per-step
-"s,b,h,a ms ms ..." (each timed step), and on stderr the torch version and device. With
+--shape is s,b,h,a or s,b,h,a,g (g: key/value heads, llama only; default a). Prints one line per
+shape: "SHAPE median_ms mean_ms repetitions", or with --per-step "SHAPE ms ms ..." (each timed
+step), SHAPE as given, and on stderr the torch version and device. With
 --device cuda: TF32 is off for matmuls and cuDNN (torch's default for matmuls, set explicitly so
 that a site configuration cannot turn it on; shardscope's CUDA backend has it off too), and each
 step is timed from a synchronised device to a synchronised device. Exits 3 with a message when
@@ -31,15 +42,22 @@ except ImportError as error:
     sys.exit(3)
 
 
-def make_weights(h, generator, device):
+def make_weights(model, h, heads, kv_heads, generator, device, dtype):
     # Drawn on the CPU (the same values on every device), then moved: leaves on `device`.
     def normal(*shape):
-        return (torch.randn(*shape, generator=generator) * 0.02).to(device).requires_grad_()
+        return (torch.randn(*shape, generator=generator) * 0.02).to(device, dtype).requires_grad_()
 
     def const(n, value):
-        return torch.full((n,), value, device=device).requires_grad_()
+        return torch.full((n,), value, device=device, dtype=dtype).requires_grad_()
 
     # Linear weights are [in, out] as in shardscope, so a linear is x @ W + b (addmm).
+    if model == "llama":
+        d, f = h // heads, llama_ffn(h)
+        return {
+            "norm1.weight": const(h, 1.0), "qkv.weight": normal(h, (heads + 2 * kv_heads) * d),
+            "proj.weight": normal(h, h), "norm2.weight": const(h, 1.0),
+            "fc1.weight": normal(h, 2 * f), "fc2.weight": normal(f, h),
+        }
     return {
         "ln1.weight": const(h, 1.0), "ln1.bias": const(h, 0.0),
         "qkv.weight": normal(h, 3 * h), "qkv.bias": normal(3 * h),
@@ -48,6 +66,12 @@ def make_weights(h, generator, device):
         "fc1.weight": normal(h, 4 * h), "fc1.bias": normal(4 * h),
         "fc2.weight": normal(4 * h, h), "fc2.bias": normal(h),
     }
+
+
+def llama_ffn(h):
+    # apply_model (parallel/layers/layer_config.cpp): ceil(8h/3) rounded up to a multiple of 48.
+    f = (8 * h + 2) // 3
+    return (f + 47) // 48 * 48
 
 
 def linear(x, w, b):
@@ -73,21 +97,70 @@ def layer(x, w, heads, p, causal_mask):
     return h1 + F.dropout(m, p, training=True)
 
 
+def rms_norm(x, weight, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotate(x, cos, sin):
+    # Rotate-half (autograd/kernels/rope.h): element i pairs with i + d/2.
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def llama_layer(x, w, heads, kv_heads, rope, causal_mask):
+    s, b, h = x.shape
+    d, r = h // heads, heads // kv_heads
+    cos, sin = rope
+    n1 = rms_norm(x, w["norm1.weight"])
+    q, kv = torch.matmul(n1, w["qkv.weight"]).split([heads * d, 2 * kv_heads * d], dim=-1)
+    kv = kv.reshape(s, b, kv_heads, 2, d)
+    q = rotate(q.reshape(s, b, heads, d), cos, sin)
+    k = rotate(kv[:, :, :, 0], cos, sin)
+    q = q.permute(1, 2, 0, 3).reshape(b, kv_heads, r * s, d)
+    k = k.permute(1, 2, 0, 3)
+    v = kv[:, :, :, 1].permute(1, 2, 0, 3)
+    scores = (torch.matmul(q, k.transpose(-1, -2)) * (1.0 / d**0.5)).reshape(b, heads, s, s)
+    probs = torch.softmax(scores.masked_fill(causal_mask, float("-inf")), dim=-1)
+    context = torch.matmul(probs.reshape(b, kv_heads, r * s, s), v)
+    context = context.reshape(b, heads, s, d).permute(2, 0, 1, 3).reshape(s, b, h)
+    h1 = x + torch.matmul(context, w["proj.weight"])
+    gate_up = torch.matmul(rms_norm(h1, w["norm2.weight"]), w["fc1.weight"])
+    gate_up = gate_up.reshape(s, b, -1, 2)
+    m = F.silu(gate_up[..., 0]) * gate_up[..., 1]
+    return h1 + torch.matmul(m, w["fc2.weight"])
+
+
+def rope_tables(s, d, device, dtype, base=10000.0):
+    # cos and sin of p theta_i, theta_i = base^(-2i/d), taken in double as rope.h does: [s, 1, 1, d/2].
+    theta = base ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    angle = torch.arange(s, dtype=torch.float64)[:, None] * theta[None, :]
+    shape = (s, 1, 1, d // 2)
+    return (angle.cos().reshape(shape).to(device, dtype),
+            angle.sin().reshape(shape).to(device, dtype))
+
+
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def time_shape(s, b, h, heads, p, repetitions, warmup, device):
+def time_shape(model, shape, p, repetitions, warmup, device, dtype):
+    s, b, h, heads, kv_heads = shape
     generator = torch.Generator().manual_seed(1)
-    w = make_weights(h, generator, device)
-    x = torch.randn(s, b, h, generator=generator).to(device)
+    w = make_weights(model, h, heads, kv_heads, generator, device, dtype)
+    x = torch.randn(s, b, h, generator=generator).to(device, dtype)
     causal_mask = torch.ones(s, s, dtype=torch.bool, device=device).triu(1)
+    if model == "llama":
+        rope = rope_tables(s, h // heads, device, dtype)
+        step_loss = lambda: llama_layer(x, w, heads, kv_heads, rope, causal_mask).sum()
+    else:
+        step_loss = lambda: layer(x, w, heads, p, causal_mask).sum()
     times = []
     for step in range(warmup + repetitions):
         synchronize(device)
         start = time.perf_counter()
-        layer(x, w, heads, p, causal_mask).sum().backward()
+        step_loss().backward()
         synchronize(device)
         elapsed = time.perf_counter() - start
         if step >= warmup:
@@ -99,8 +172,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU work)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--shape", action="append", required=True, help="s,b,h,a")
-    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--shape", action="append", required=True, help="s,b,h,a[,g]")
+    parser.add_argument("--model", default="gpt", choices=["gpt", "llama"])
+    parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
+    parser.add_argument("--dropout", type=float, default=0.1, help="gpt's (llama has none)")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--per-step", action="store_true", help="print every step's time")
@@ -123,9 +198,17 @@ def main():
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     for shape in args.shape:
-        s, b, h, heads = (int(v) for v in shape.split(","))
-        times = time_shape(s, b, h, heads, args.dropout, args.repetitions, args.warmup, device)
+        dims = [int(v) for v in shape.split(",")]
+        if len(dims) not in (4, 5) or min(dims) < 1:
+            parser.error(f"--shape {shape}: expected s,b,h,a or s,b,h,a,g (integers >= 1)")
+        if len(dims) == 4:
+            dims.append(dims[3])
+        if args.model == "gpt" and dims[4] != dims[3]:
+            parser.error(f"--shape {shape}: the gpt layer has g = a key/value heads")
+        times = time_shape(args.model, dims, args.dropout, args.repetitions, args.warmup, device,
+                           dtype)
         if args.per_step:
             print(shape, *(f"{t:.2f}" for t in times), flush=True)
         else:

@@ -179,9 +179,7 @@ Placement parse_placement(const std::string& text) {
 }
 
 DType parse_dtype_name(const std::string& text) {
-  for (DType d : {DType::f32, DType::f64, DType::u8, DType::bf16, DType::f16}) {
-    if (text == dtype_name(d)) return d;
-  }
+  if (const std::optional<DType> d = dtype_from_name(text)) return *d;
   throw ManifestError("dtype '" + text +
                       "' is not one of \"f32\", \"f64\", \"u8\", \"bf16\", \"f16\"");
 }
