@@ -20,9 +20,14 @@ bf16: weights, input and every activation in bfloat16 (PyTorch's own CPU bf16 ke
   python3 bench/torch_layer.py --threads 2 --shape 512,4,1024,16 [--shape ...] [--repetitions 5]
   python3 bench/torch_layer.py --model llama --dtype bf16 --shape 256,4,512,8,2
   python3 bench/torch_layer.py --device cuda --shape 1024,4,1024,16 --repetitions 20 --warmup 3
+  python3 bench/torch_layer.py --compare-dump DIR    (a `shardscope run --mode single --dump DIR`)
 --shape is s,b,h,a or s,b,h,a,g (g: key/value heads, llama only; default a). Prints one line per
 shape: "SHAPE median_ms mean_ms repetitions", or with --per-step "SHAPE ms ms ..." (each timed
-step), SHAPE as given, and on stderr the torch version and device. With
+step), SHAPE as given, and on stderr the torch version and device. --compare-dump runs this
+file's layer on a single-device f32 or f64 dump's weights and input (a gpt one with --dropout 0,
+f64 for a margin: 1e-10 against f32's 1e-5) and
+prints the largest |difference| from the dump's output y over the largest |y - x| (what the
+sublayers add to the input x): the proof that the two layers are the same; it exits 1 above the bound. With
 --device cuda: TF32 is off for matmuls and cuDNN (torch's default for matmuls, set explicitly so
 that a site configuration cannot turn it on; shardscope's CUDA backend has it off too), and each
 step is timed from a synchronised device to a synchronised device. Exits 3 with a message when
@@ -140,6 +145,48 @@ def rope_tables(s, d, device, dtype, base=10000.0):
             angle.sin().reshape(shape).to(device, dtype))
 
 
+def compare_dump(path):
+    import json
+    import numpy as np
+
+    config = json.load(open(f"{path}/manifest.json"))["config"]
+    if config["mode"] != "single" or config["dtype"] not in ("f32", "f64") or config["layers"] != 1:
+        sys.exit(f"torch_layer.py: {path}: expected a single-device f32 or f64 dump of one layer")
+    dtype = torch.float64 if config["dtype"] == "f64" else torch.float32
+    load = lambda name: torch.from_numpy(np.load(f"{path}/{name}.npy"))
+    x, want = load("input"), load("output")
+    s, heads, kv_heads = config["seq"], config["heads"], config["kv_heads"]
+    causal_mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    with torch.no_grad():
+        if config["norm"] == "rmsnorm":  # the llama preset
+            if kv_heads != heads:
+                qkv = torch.cat([load("attn.qkv.q_weight"), load("attn.qkv.kv_weight")], dim=1)
+            else:  # columns by head [a, 3, d] (q, k, v of each head): to [q | a (k, v) pairs]
+                by_head = load("attn.qkv.weight").reshape(x.shape[2], heads, 3, -1)
+                qkv = torch.cat([by_head[:, :, 0].flatten(1), by_head[:, :, 1:].flatten(1)], dim=1)
+            w = {"norm1.weight": load("ln1.weight"), "qkv.weight": qkv,
+                 "proj.weight": load("attn.proj.weight"), "norm2.weight": load("ln2.weight"),
+                 "fc1.weight": load("mlp.fc1.weight"), "fc2.weight": load("mlp.fc2.weight")}
+            rope = rope_tables(s, x.shape[2] // heads, "cpu", dtype, config["rope_base"])
+            got = llama_layer(x, w, heads, kv_heads, rope, causal_mask)
+        else:
+            if config["dropout"] != 0:
+                sys.exit(f"torch_layer.py: {path}: dump a gpt layer with --dropout 0")
+            names = ["ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                     "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
+                     "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"]
+            w = {name.split(".", 1)[1] if name.startswith(("attn.", "mlp.")) else name: load(name)
+                 for name in names}
+            got = layer(x, w, heads, 0.0, causal_mask)
+    # Over the sublayers' part of the output (y - x): the residual stream of order 1 would hide a
+    # mistake inside a sublayer (docs/derivations.md, "The tolerance of the reference check").
+    error = ((got - want).abs().max() / (want - x).abs().max()).item()
+    bound = 1e-10 if dtype == torch.float64 else 1e-5
+    print(f"{path}: max |torch - shardscope| / max |shardscope's y - x| = {error:.2e} "
+          f"({'within' if error <= bound else 'OVER'} {bound:g})")
+    return error <= bound
+
+
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -172,7 +219,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU work)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--shape", action="append", required=True, help="s,b,h,a[,g]")
+    parser.add_argument("--shape", action="append", help="s,b,h,a[,g]")
+    parser.add_argument("--compare-dump", metavar="DIR", help="check this layer against a dump")
     parser.add_argument("--model", default="gpt", choices=["gpt", "llama"])
     parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     parser.add_argument("--dropout", type=float, default=0.1, help="gpt's (llama has none)")
@@ -180,6 +228,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--per-step", action="store_true", help="print every step's time")
     args = parser.parse_args()
+    if args.compare_dump:
+        sys.exit(0 if compare_dump(args.compare_dump) else 1)
+    if not args.shape:
+        parser.error("--shape is required (or --compare-dump)")
     device = torch.device(args.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
