@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "autograd/cpu/dispatch.h"
+#include "autograd/cpu/gemm_bf16.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "autograd/kernels/gelu.h"
@@ -174,7 +175,15 @@ void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* 
 }
 
 void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) {
-  if (dtype == DType::bf16) return gemm_through_f32<kernels::BFloat16>(desc, a, b, c);
+  if (dtype == DType::bf16) {
+    // The CPU's bf16 dot products where it has them (cpu/gemm_bf16.h), else widened to f32.
+    if (cpu::bf16_dot_products()) {
+      return cpu::gemm_bf16_dot(desc, static_cast<const std::uint16_t*>(a),
+                                static_cast<const std::uint16_t*>(b),
+                                static_cast<std::uint16_t*>(c), threads_);
+    }
+    return gemm_through_f32<kernels::BFloat16>(desc, a, b, c);
+  }
   if (dtype == DType::f16) return gemm_through_f32<kernels::Float16>(desc, a, b, c);
   const ColumnMajorGemm g = to_column_major(desc);
   if (g.m == 0 || g.n == 0) return;
