@@ -68,6 +68,10 @@ void broadcast_runs(std::int64_t begin, std::int64_t end, std::int64_t nb, F&& f
   }
 }
 
+// The most (position, pair) entries rope_forward tabulates (16 MiB of cosines and sines); past
+// that each element takes its own.
+constexpr std::int64_t kRopeTableMost = std::int64_t{1} << 20;
+
 // Multiply-adds worth a thread in a GEMM piece, so that a piece outweighs waking a thread and
 // stays large enough for OpenBLAS's blocking.
 constexpr std::int64_t kGemmGrain = std::int64_t{1} << 20;
@@ -457,11 +461,33 @@ void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_p
     const T* in = x.data<T>();
     T* o = y.data<T>();
     const std::int64_t d = g.d, half = d / 2;
+    // Fast path: each (position, pair)'s cosine and sine computed once into a table (the rows of
+    // one position share them: b x heads rows a position), the same doubles rope_rotate takes.
+    std::vector<double> table;
+    if (g.positions * half <= kRopeTableMost) {
+      table.resize(static_cast<std::size_t>(2 * g.positions * half));
+      for (std::int64_t p = 0; p < g.positions; ++p) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double angle = kernels::rope_angle(g.first_position + p, i, d, g.base);
+          table[static_cast<std::size_t>(2 * (p * half + i))] = std::cos(angle);
+          table[static_cast<std::size_t>(2 * (p * half + i) + 1)] =
+              inverse ? -std::sin(angle) : std::sin(angle);
+        }
+      }
+    }
     auto rows = [&](std::int64_t first, std::int64_t end) {
       for (std::int64_t row = first; row < end; ++row) {
         const std::int64_t position = kernels::rope_row_position(row, g);
         const T* a = in + row * d;
         T* out = o + row * d;
+        if (!table.empty()) {
+          const double* cs = table.data() + 2 * (position - g.first_position) * half;
+          for (std::int64_t i = 0; i < half; ++i) {
+            kernels::rope_rotate_by(a[i], a[i + half], cs[2 * i], cs[2 * i + 1], out[i],
+                                    out[i + half]);
+          }
+          continue;
+        }
         for (std::int64_t i = 0; i < half; ++i) {
           kernels::rope_rotate(a[i], a[i + half], kernels::rope_angle(position, i, d, g.base),
                                inverse, out[i], out[i + half]);

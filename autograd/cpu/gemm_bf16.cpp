@@ -41,50 +41,31 @@ __attribute__((target("avx512f,avx512bf16"))) void tile(const std::uint32_t* a,
                                                         const std::uint32_t* b, std::int64_t pairs,
                                                         float* acc, std::int64_t ldacc) {
   static_assert(kMr == 8 && kNr == 32, "the tile below is written for 8 x 32");
-#define SHARDSCOPE_ROW(r)                            \
+#define SHARDSCOPE_EACH_ROW(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define SHARDSCOPE_LOAD(r)                           \
   __m512 c##r##0 = _mm512_loadu_ps(acc + (r)*ldacc); \
   __m512 c##r##1 = _mm512_loadu_ps(acc + (r)*ldacc + 16);
-  SHARDSCOPE_ROW(0)
-  SHARDSCOPE_ROW(1)
-  SHARDSCOPE_ROW(2)
-  SHARDSCOPE_ROW(3)
-  SHARDSCOPE_ROW(4)
-  SHARDSCOPE_ROW(5)
-  SHARDSCOPE_ROW(6)
-  SHARDSCOPE_ROW(7)
-#undef SHARDSCOPE_ROW
-  for (std::int64_t p = 0; p < pairs; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * kNr);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * kNr + 16);
-    const std::uint32_t* pa = a + p * kMr;
-#define SHARDSCOPE_ROW(r)                                                       \
+#define SHARDSCOPE_DOT(r)                                                       \
   {                                                                             \
     const __m512bh pair = (__m512bh)_mm512_set1_epi32(static_cast<int>(pa[r])); \
     c##r##0 = _mm512_dpbf16_ps(c##r##0, pair, b0);                              \
     c##r##1 = _mm512_dpbf16_ps(c##r##1, pair, b1);                              \
   }
-    SHARDSCOPE_ROW(0)
-    SHARDSCOPE_ROW(1)
-    SHARDSCOPE_ROW(2)
-    SHARDSCOPE_ROW(3)
-    SHARDSCOPE_ROW(4)
-    SHARDSCOPE_ROW(5)
-    SHARDSCOPE_ROW(6)
-    SHARDSCOPE_ROW(7)
-#undef SHARDSCOPE_ROW
-  }
-#define SHARDSCOPE_ROW(r)                     \
+#define SHARDSCOPE_STORE(r)                   \
   _mm512_storeu_ps(acc + (r)*ldacc, c##r##0); \
   _mm512_storeu_ps(acc + (r)*ldacc + 16, c##r##1);
-  SHARDSCOPE_ROW(0)
-  SHARDSCOPE_ROW(1)
-  SHARDSCOPE_ROW(2)
-  SHARDSCOPE_ROW(3)
-  SHARDSCOPE_ROW(4)
-  SHARDSCOPE_ROW(5)
-  SHARDSCOPE_ROW(6)
-  SHARDSCOPE_ROW(7)
-#undef SHARDSCOPE_ROW
+  SHARDSCOPE_EACH_ROW(SHARDSCOPE_LOAD)
+  for (std::int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * kNr);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * kNr + 16);
+    const std::uint32_t* pa = a + p * kMr;
+    SHARDSCOPE_EACH_ROW(SHARDSCOPE_DOT)
+  }
+  SHARDSCOPE_EACH_ROW(SHARDSCOPE_STORE)
+#undef SHARDSCOPE_STORE
+#undef SHARDSCOPE_DOT
+#undef SHARDSCOPE_LOAD
+#undef SHARDSCOPE_EACH_ROW
 }
 
 bool cpu_has_bf16_dot() {

@@ -67,13 +67,18 @@ SS_HOST_DEVICE double rope_angle(std::int64_t position, std::int64_t pair, std::
   return static_cast<double>(position) * theta;
 }
 
-// The pair (a, b) = (x[i], x[i + d/2]) rotated by angle, or by -angle when inverse.
+// The pair (a, b) = (x[i], x[i + d/2]) rotated by the angle whose cosine and sine are c and s.
 template <class T>
-SS_HOST_DEVICE void rope_rotate(T a, T b, double angle, bool inverse, T& ya, T& yb) {
-  const double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
+SS_HOST_DEVICE void rope_rotate_by(T a, T b, double c, double s, T& ya, T& yb) {
   const double da = static_cast<double>(a), db = static_cast<double>(b);
   ya = static_cast<T>(da * c - db * s);
   yb = static_cast<T>(db * c + da * s);
+}
+
+// The pair (a, b) = (x[i], x[i + d/2]) rotated by angle, or by -angle when inverse.
+template <class T>
+SS_HOST_DEVICE void rope_rotate(T a, T b, double angle, bool inverse, T& ya, T& yb) {
+  rope_rotate_by(a, b, std::cos(angle), inverse ? -std::sin(angle) : std::sin(angle), ya, yb);
 }
 
 // Element `flat` of the output: the half of its pair's rotation that lands on it.
