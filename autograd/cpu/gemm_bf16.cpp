@@ -165,14 +165,67 @@ void rows_product(const Operand& a, std::int64_t e, std::int64_t k, std::int64_t
 #endif
 }
 
-// C's rows [row_begin, row_end) of entry e from their sums: alpha acc + beta C, rounded once.
+#ifdef SHARDSCOPE_BF16_DOT
+// The masked (maskz) forms with every lane kept: the unmasked ones start from an undefined vector
+// that GCC 12 reports as maybe uninitialized.
+constexpr __mmask16 kAll = 0xFFFF;
+__attribute__((target("avx512f"))) __m512i srl16(__m512i v) {
+  return _mm512_maskz_srli_epi32(kAll, v, 16);
+}
+
+// 16 f32 to bf16 bits, rounded to nearest even with NaN kept quiet: bf16_bits_from_float
+// (kernels/half.h) lane by lane, the same integer steps, so the same bits.
+__attribute__((target("avx512f,avx512bw"))) __m256i round_to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i kept_lsb = _mm512_and_si512(srl16(u), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      srl16(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), kept_lsb));
+  const __m512i quiet = _mm512_or_si512(srl16(u), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_maskz_cvtepi32_epi16(kAll, _mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+// C's elements [0, columns) of rows [row_begin, row_end) of entry e from their sums: alpha acc +
+// beta C in f32 (a product, then a sum: never fused), rounded once; 16 at a time here, `columns`
+// a multiple of 16.
+__attribute__((target("avx512f,avx512bw"))) void write_vectors(
+    const GemmDesc& d, std::int64_t e, std::int64_t row_begin, std::int64_t row_end,
+    std::int64_t columns, const float* acc, std::int64_t ldacc, std::uint16_t* c) {
+  const __m512 alphas = _mm512_set1_ps(static_cast<float>(d.alpha));
+  const __m512 betas = _mm512_set1_ps(static_cast<float>(d.beta));
+  for (std::int64_t i = row_begin; i < row_end; ++i) {
+    const float* sums = acc + (i - row_begin) * ldacc;
+    std::uint16_t* out = c + e * d.stride_c + i * d.ldc;
+    for (std::int64_t j = 0; j < columns; j += 16) {
+      __m512 v = _mm512_mul_ps(alphas, _mm512_loadu_ps(sums + j));
+      if (d.beta != 0.0) {
+        const __m256i old = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + j));
+        const __m512 wide = _mm512_castsi512_ps(
+            _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, old), 16));
+        v = _mm512_add_ps(v, _mm512_mul_ps(betas, wide));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), round_to_bf16(v));
+    }
+  }
+}
+#endif
+
+// C's rows [row_begin, row_end) of entry e from their sums: alpha acc + beta C, each element
+// computed in f32 and rounded once; whole vectors by write_vectors, the rest one by one in plain
+// code (compiled without FMA, so that no contraction changes a bit against the vectors).
 void write_rows(const GemmDesc& d, std::int64_t e, std::int64_t row_begin, std::int64_t row_end,
                 const float* acc, std::int64_t ldacc, std::uint16_t* c) {
+  std::int64_t done = 0;
+#ifdef SHARDSCOPE_BF16_DOT
+  done = d.n / 16 * 16;
+  write_vectors(d, e, row_begin, row_end, done, acc, ldacc, c);
+#endif
   const auto alpha = static_cast<float>(d.alpha), beta = static_cast<float>(d.beta);
   for (std::int64_t i = row_begin; i < row_end; ++i) {
     const float* sums = acc + (i - row_begin) * ldacc;
     std::uint16_t* out = c + e * d.stride_c + i * d.ldc;
-    for (std::int64_t j = 0; j < d.n; ++j) {
+    for (std::int64_t j = done; j < d.n; ++j) {
       float v = alpha * sums[j];
       if (d.beta != 0.0) v += beta * static_cast<float>(kernels::BFloat16::from_bits(out[j]));
       out[j] = kernels::BFloat16(v).bits;

@@ -58,5 +58,41 @@ TEST(CpuBf16Gemm, DotProductsGiveTheProductRoundedOnce) {
   }
 }
 
+// With k = 1 each sum is one exact product, so every bit of C is the write-back's: alpha acc +
+// beta C in f32, rounded as BFloat16 rounds, in the 16-wide body (columns 0-31) and the tail.
+TEST(CpuBf16Gemm, TheWriteBackRoundsAsBFloat16DoesBitForBit) {
+  if (!cpu::bf16_dot_products()) {
+    GTEST_SKIP() << "this CPU (or the OS) has no AVX512-BF16 dot products, or "
+                    "SHARDSCOPE_CPU_BF16_GEMM=f32: bf16 products take the widening path";
+  }
+  const std::int64_t m = 3, n = 40;
+  std::vector<std::uint16_t> a(m), b(n), c(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    a[static_cast<std::size_t>(i)] = BFloat16(1.0 + 0.37 * static_cast<double>(i)).bits;
+  for (std::int64_t j = 0; j < n; ++j) {
+    b[static_cast<std::size_t>(j)] = BFloat16(std::sin(1.3 * static_cast<double>(j)) * 1e3).bits;
+  }
+  for (std::size_t i = 0; i < c.size(); ++i)
+    c[i] = BFloat16(std::cos(0.7 * static_cast<double>(i))).bits;
+  const std::vector<std::uint16_t> before = c;
+  GemmDesc d = GemmDesc::packed(m, n, 1);
+  d.alpha = 1.0 / 3.0;
+  d.beta = 0.7;
+  cpu::RowThreads threads(1);
+  cpu::gemm_bf16_dot(d, a.data(), b.data(), c.data(), threads);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto at = static_cast<std::size_t>(i * n + j);
+      const float product =
+          static_cast<float>(BFloat16::from_bits(a[static_cast<std::size_t>(i)])) *
+          static_cast<float>(BFloat16::from_bits(b[static_cast<std::size_t>(j)]));
+      const float scaled = static_cast<float>(d.alpha) * product;
+      const float old =
+          static_cast<float>(d.beta) * static_cast<float>(BFloat16::from_bits(before[at]));
+      EXPECT_EQ(c[at], BFloat16(scaled + old).bits) << "C[" << i << ", " << j << "]";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardscope
