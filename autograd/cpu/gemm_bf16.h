@@ -4,8 +4,8 @@
 // are exact in f32 and accumulate in f32, in an order that depends only on k (blocks of
 // kBf16BlockK, then pairs in order), never on how the rows are split over threads; each element of
 // C is then rounded to bf16 once, as the widening path (CpuBackend::gemm_through_f32) does.
-// Differs from that path's sgemm only in the order of the f32 additions (and vdpbf16ps treats
-// bf16 subnormals as zero, 1e-38 and below).
+// Differs from that path's sgemm only in the order of the f32 additions, and below 1.2e-38:
+// vdpbf16ps takes subnormal inputs as zero and flushes subnormal sums to zero.
 #pragma once
 
 #include <cstdint>
