@@ -301,6 +301,21 @@ StepCheck summarise(int step, const std::vector<TensorCheck>& tensors) {
   return s;
 }
 
+// Adds a checked step to `check`: its brief to the history, and its tensors as the ones reported
+// unless an earlier step failed (the first failed step's stay: from there the layers differ
+// anyway). Returns the brief.
+StepCheck record_step(CheckResult& check, int step, std::vector<TensorCheck>&& tensors) {
+  const StepCheck brief = summarise(step, tensors);
+  check.history.push_back(brief);
+  check.steps_checked = step + 1;
+  if (check.passed) {
+    check.step = step;
+    check.tensors = std::move(tensors);
+    check.passed = brief.passed;
+  }
+  return brief;
+}
+
 // Every rank's memory totals and each layer's, so one rank (or one MPI process) can report them
 // all.
 std::vector<RankMemory> gather_memory_totals(RankEnv& env, const RankMemory& mine) {
@@ -520,12 +535,11 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
     f32_spec = widened_spec(spec, data);
     run.f32_check.tolerance = f32_reference_tolerance(c.dtype);
   }
-  bool failed_before = false;  // a checked step failed (its tensors are the ones reported)
   run.steps.reserve(static_cast<std::size_t>(spec.steps));  // no growth as the run goes on
   for (int step = 0; step < spec.steps; ++step) {
     env.ctx.set_step(step);
     // The check stops at the first step that fails: from there the two layers differ anyway.
-    const bool check_step = checked_run && (!failed_before || spec.check_past_failure) &&
+    const bool check_step = checked_run && (run.check.passed || spec.check_past_failure) &&
                             (spec.check_steps < 0 || step < spec.check_steps);
     if (spec.on_step && env.rank == 0) spec.on_step(step, check_step);
     const auto start = std::chrono::steady_clock::now();
@@ -582,22 +596,9 @@ RankRun run_layer_rank(RankEnv& env, const LayerRunSpec& spec, RunInspector* ins
         compared->after_update(env, after, step);
         if (compared_f32) {
           compared_f32->after_update(env, after, step);
-          const StepCheck brief = summarise(step, compared_f32->tensors);
-          run.f32_check.history.push_back(brief);
-          run.f32_check.steps_checked = 1;
-          run.f32_check.step = step;
-          run.f32_check.tensors = std::move(compared_f32->tensors);
-          run.f32_check.passed = brief.passed;
+          record_step(run.f32_check, step, std::move(compared_f32->tensors));
         }
-        const StepCheck brief = summarise(step, compared->tensors);
-        run.check.history.push_back(brief);
-        run.check.steps_checked = step + 1;
-        if (!failed_before) {  // the first failed step's tensors stay the ones reported
-          run.check.step = step;
-          run.check.tensors = std::move(compared->tensors);
-          run.check.passed = brief.passed;
-          failed_before = !brief.passed;
-        }
+        const StepCheck brief = record_step(run.check, step, std::move(compared->tensors));
         // Replicated parameters bit-equal on every rank (the reference check allows rounding).
         if (brief.passed) layer.check_replicated();
         if (inspector) inspector->check(env.rank, run.check);
