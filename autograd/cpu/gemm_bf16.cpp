@@ -265,16 +265,21 @@ void gemm_bf16_dot(const GemmDesc& d, const std::uint16_t* a, const std::uint16_
     rows_product(op_a, e, d.k, row_begin, row_end, packed_b, pairs, panels, acc.data(), ldacc);
     write_rows(d, e, row_begin, row_end, acc.data(), ldacc, c);
   };
-  if (d.batch > 1) {  // whole entries per thread, each packing its own B
-    threads.parallel_for(
-        d.batch, std::max<std::int64_t>(kGrain / work, 1),
-        [&](std::int64_t begin, std::int64_t end) {
-          std::vector<std::uint32_t> packed_b(static_cast<std::size_t>(packed_b_size));
-          for (std::int64_t e = begin; e < end; ++e) {
-            pack_b(op_b, e, d.k, d.n, pairs, 0, panels, packed_b.data());
-            entry(e, packed_b.data(), 0, d.m);
-          }
-        });
+  if (d.batch > 1) {  // whole entries per thread, each packing its own B unless all share one
+    std::vector<std::uint32_t> shared_b;
+    if (d.stride_b == 0) {
+      shared_b.resize(static_cast<std::size_t>(packed_b_size));
+      pack_b(op_b, 0, d.k, d.n, pairs, 0, panels, shared_b.data());
+    }
+    threads.parallel_for(d.batch, std::max<std::int64_t>(kGrain / work, 1),
+                         [&](std::int64_t begin, std::int64_t end) {
+                           std::vector<std::uint32_t> own_b(shared_b.empty() ? packed_b_size : 0);
+                           for (std::int64_t e = begin; e < end; ++e) {
+                             if (shared_b.empty())
+                               pack_b(op_b, e, d.k, d.n, pairs, 0, panels, own_b.data());
+                             entry(e, shared_b.empty() ? own_b.data() : shared_b.data(), 0, d.m);
+                           }
+                         });
     return;
   }
   // One product: B packed once (its panels split over the threads), then pieces of whole tiles
