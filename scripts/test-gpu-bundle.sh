@@ -259,11 +259,13 @@ except OSError:
 steps = {f"{s['group']}/{s['name']}": s for s in r["steps"]}
 # Everything that needs no GPU, compute-sanitizer or PyTorch runs on the CPU and must pass.
 must_pass = ([f"modes/{m}-d{d}-threads" for d in (1, 2, 4) for m in ("tp", "tp-sp", "ulysses")]
-             + ["modes/single-d1-threads", "layer_step/layer_bench", "bandwidth/backend_bandwidth",
-                "staging/staging_bench"]
+             + [f"modes/llama-{m}-d2-threads" for m in ("tp", "tp-sp", "ulysses")]
+             + ["modes/single-d1-threads", "layer_step/layer_bench", "layer_step/layer_bench-llama",
+                "bandwidth/backend_bandwidth", "staging/staging_bench"]
              + [f"compare/{k}-{t}" for t in ("f32", "f64") for k in ("dump-device", "dump-cpu", "check")])
 expected = must_pass + [f"tests/{b}" for b in ("autograd_tests", "parallel_tests", "cuda_tests", "nccl_tests")] + [
-    "sanitizer/memcheck", "sanitizer/racecheck", "layer_step/torch_layer", "probe/probe"]
+    f"sanitizer/{c}{m}" for c in ("memcheck", "racecheck") for m in ("", "-llama")] + [
+    "layer_step/torch_layer", "layer_step/torch_layer-llama", "probe/probe"]
 missing = [n for n in expected if n not in steps]
 if missing: problems.append(f"steps missing from results.json: {missing}")
 bad = [f"{n}: {steps[n]['status']} {steps[n].get('detail', '')}" for n in must_pass if n in steps and steps[n]["status"] != "passed"]

@@ -10,16 +10,19 @@ that the whole check stays under 10 minutes on one H100):
               nccl_tests; passed, failed and skipped counted from GoogleTest's JSON
   modes       shardscope run --backend cuda --comm threads, every mode at degree 1, 2 and 4 with
               the reference check (ranks as threads sharing the GPU); --comm nccl too at each
-              degree that nvidia-smi has GPUs for
+              degree that nvidia-smi has GPUs for; and the Llama preset (GQA, 2 layers, full
+              recomputation) in tp, tp-sp and ulysses at degree 2
   compare     one layer step in f32 and f64 dumped on each backend (--dump), then
               `shardscope check CUDA CPU`
   layer_step  bin/layer_bench --backend=cuda beside bench/torch_layer.py --device cuda (TF32 off
-              on both sides) at s,b,h,a = 1024,4,1024,16 and 2048,2,2048,16
+              on both sides) at s,b,h,a = 1024,4,1024,16 and 2048,2,2048,16, the gpt preset and
+              the llama one (with 4 key/value heads)
   bandwidth   bin/backend_bandwidth --backend cuda at 256 MiB: GeLU, dropout and add beside a
               device-to-device copy
   staging     bin/staging_bench --backend cuda: the all_reduce of 2 and 4 ranks sharing the GPU,
               staged through host memory, beside the host collective alone and the round trip
-  sanitizer   compute-sanitizer memcheck and racecheck over a one-step tp-sp run at degree 2
+  sanitizer   compute-sanitizer memcheck and racecheck over a one-step tp-sp run at degree 2,
+              the gpt layer and the Llama stack
               (last: the slowest steps, so that a short budget cuts them and not the figures)
 A program of the bundle that does not start (a library missing) ends the check at the probe with
 one line and exit 1. Everything goes into one results file, FOLDER/results.json (the steps, their commands, exit codes,

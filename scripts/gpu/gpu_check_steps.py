@@ -28,7 +28,12 @@ COMPARE_SHAPE = ["--seq", "128", "--batch", "2", "--hidden", "256", "--heads", "
                  "0.1", "--seed", "1", "--steps", "1", "--mode", "single", "--degree", "1"]
 SANITIZED_RUN = ["--mode", "tp-sp", "--degree", "2", "--steps", "1", "--seq", "32", "--batch", "2",
                  "--hidden", "64", "--heads", "4", "--dropout", "0.1", "--seed", "1"]
-BENCH_SHAPES = ["1024,4,1024,16", "2048,2,2048,16"]
+# The Llama preset as the runs above take it: grouped-query attention (8 query heads share 2
+# key/value heads at the run shape, 4 share 2 at the sanitized one), two layers, full recomputation.
+LLAMA_STACK = ["--model", "llama", "--kv-heads", "2", "--layers", "2", "--recompute", "full"]
+# The layer step's shapes per model (s,b,h,a and, for llama, g: 4 key/value heads).
+BENCH_SHAPES = {"gpt": ["1024,4,1024,16", "2048,2,2048,16"],
+                "llama": ["1024,4,1024,16,4", "2048,2,2048,16,4"]}
 BANDWIDTH_MIB = 256
 LAYER_GOAL = 1.0  # at most PyTorch eager's time (issue 17's goal)
 BANDWIDTH_GOAL = 0.8  # elementwise kernels at 80% of the copy's bandwidth or more
@@ -43,7 +48,8 @@ class Plan:
         self.backend = "cpu" if rehearsal else "cuda"
         self.run_shape = (["--seq", "32", "--batch", "2", "--hidden", "64", "--heads", "4",
                            "--dropout", "0.1", "--seed", "1"] if rehearsal else RUN_SHAPE)
-        self.bench_shapes = ["32,2,64,4", "64,2,128,4"] if rehearsal else BENCH_SHAPES
+        self.bench_shapes = ({"gpt": ["32,2,64,4", "64,2,128,4"], "llama": ["32,2,64,4,2"]}
+                             if rehearsal else BENCH_SHAPES)
         self.bandwidth_mib = 8 if rehearsal else BANDWIDTH_MIB
 
     def device_flags(self):
@@ -240,6 +246,13 @@ def run_modes(runner, gpus):
                     comm, "--mode", mode, "--degree", str(degree), "--steps", "3",
                     *runner.plan.run_shape, "--report", str(report)]
             runner.run("modes", name, argv, 120, parse=report_parser(report))
+    for mode in ("tp", "tp-sp", "ulysses"):  # the Llama stack, ranks sharing the device
+        name = f"llama-{mode}-d2-threads"
+        report = runner.logs / f"run-{name}.json"
+        argv = [runner.bin("shardscope"), "run", "--backend", runner.plan.backend, "--comm",
+                "threads", "--mode", mode, "--degree", "2", "--steps", "2",
+                *runner.plan.run_shape, *LLAMA_STACK, "--report", str(report)]
+        runner.run("modes", name, argv, 120, parse=report_parser(report))
 
 
 # ---- CUDA against the CPU ---------------------------------------------------------------------
@@ -271,9 +284,12 @@ def run_compare(runner):
 # ---- compute-sanitizer ----------------------------------------------------------------------------
 def run_sanitizer(runner, find_tool):
     tool = find_tool("compute-sanitizer")
-    for check, limit in (("memcheck", 180), ("racecheck", 240)):
+    runs = [(check, limit, model, flags) for model, flags in (("gpt", []), ("llama", LLAMA_STACK))
+            for check, limit in (("memcheck", 180), ("racecheck", 240))]
+    for check, limit, model, flags in runs:
+        name = check if model == "gpt" else f"{check}-{model}"
         if not tool:
-            runner.skip("sanitizer", check, "missing", "compute-sanitizer not found on PATH, "
+            runner.skip("sanitizer", name, "missing", "compute-sanitizer not found on PATH, "
                         "$CUDA_HOME/bin or /usr/local/cuda/bin")
             continue
 
@@ -284,28 +300,40 @@ def run_sanitizer(runner, find_tool):
         # bundle's (the sanitizer follows it through the exec).
         argv = [tool, "--tool", check, "--error-exitcode", "86", "--print-limit", "20",
                 "--target-processes", "all", str(runner.bundle / "run"), "shardscope", "run",
-                *runner.plan.device_flags(), *SANITIZED_RUN]
-        runner.run("sanitizer", check, argv, limit, env="plain", parse=parse)
+                *runner.plan.device_flags(), *SANITIZED_RUN, *flags]
+        runner.run("sanitizer", name, argv, limit, env="plain", parse=parse)
 
 
 # ---- benchmarks -----------------------------------------------------------------------------------
 def run_layer_step(runner):
+    rows = []
+    for model, shapes in runner.plan.bench_shapes.items():
+        rows += layer_step_rows(runner, model, shapes)
+    runner.figures["layer_step"] = {
+        "what": "forward + backward of sum(layer(x)), f32, TF32 off on both sides, median ms per "
+                "step (shardscope: median of 5 repetitions; torch: of 20 steps after 3 warm-up)",
+        "goal": f"shardscope <= {LAYER_GOAL}x torch", "rows": rows}
+
+
+def layer_step_rows(runner, model, shapes):
+    """One model's layer step beside PyTorch's; the steps of the gpt preset keep their first
+    names (layer_bench, torch_layer), the others carry the model's."""
+    suffix = "" if model == "gpt" else f"-{model}"
     ours, theirs = {}, {}
-    out_json = runner.logs / "layer_bench.json"
+    out_json = runner.logs / f"layer_bench{suffix}.json"
 
     def parse_ours(step, text):
         for b in json.loads(out_json.read_text())["benchmarks"]:
             if b.get("aggregate_name") == "median":
-                s = re.search(r"s:(\d+)/b:(\d+)/h:(\d+)/a:(\d+)", b["name"])
+                s = re.search(r"s:(\d+)/b:(\d+)/h:(\d+)/a:(\d+)(?:/g:(\d+))?", b["name"])
                 scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-                ours[",".join(s.groups())] = b["real_time"] * scale
-    shapes = runner.plan.bench_shapes
-    argv = [runner.bin("layer_bench"), f"--backend={runner.plan.backend}",
+                ours[",".join(g for g in s.groups() if g)] = b["real_time"] * scale
+    argv = [runner.bin("layer_bench"), f"--backend={runner.plan.backend}", f"--model={model}",
             *(f"--shape={s}" for s in shapes),
             "--benchmark_filter=^BM_LayerStep/", "--benchmark_repetitions=5",
             "--benchmark_report_aggregates_only=true",
             f"--benchmark_out={out_json}", "--benchmark_out_format=json"]
-    runner.run("layer_step", "layer_bench", argv, 240, parse=parse_ours)
+    runner.run("layer_step", f"layer_bench{suffix}", argv, 240, parse=parse_ours)
 
     def parse_theirs(step, text):
         for line in text.splitlines():
@@ -313,19 +341,16 @@ def run_layer_step(runner):
             if parts and parts[0] in shapes:
                 theirs[parts[0]] = statistics.median(float(t) for t in parts[1:])
     argv = [sys.executable, str(runner.bundle / "torch_layer.py"), "--device",
-            runner.plan.backend, "--repetitions", "20", "--warmup", "3", "--per-step",
-            *(a for s in shapes for a in ("--shape", s))]
-    runner.run("layer_step", "torch_layer", argv, 240, env="plain", parse=parse_theirs)
+            runner.plan.backend, "--model", model, "--repetitions", "20", "--warmup", "3",
+            "--per-step", *(a for s in shapes for a in ("--shape", s))]
+    runner.run("layer_step", f"torch_layer{suffix}", argv, 240, env="plain", parse=parse_theirs)
     rows = []
     for shape in shapes:
         a, t = ours.get(shape), theirs.get(shape)
         ratio = a / t if a and t else None
-        rows.append({"shape": shape, "shardscope_ms": a, "torch_ms": t, "ratio": ratio,
-                     "goal_met": None if ratio is None else ratio <= LAYER_GOAL})
-    runner.figures["layer_step"] = {
-        "what": "forward + backward of sum(layer(x)), f32, TF32 off on both sides, median ms per "
-                "step (shardscope: median of 5 repetitions; torch: of 20 steps after 3 warm-up)",
-        "goal": f"shardscope <= {LAYER_GOAL}x torch", "rows": rows}
+        rows.append({"model": model, "shape": shape, "shardscope_ms": a, "torch_ms": t,
+                     "ratio": ratio, "goal_met": None if ratio is None else ratio <= LAYER_GOAL})
+    return rows
 
 
 def run_bandwidth(runner):
@@ -407,10 +432,12 @@ def summary_lines(r):
     layer = r["figures"].get("layer_step")
     if layer:
         lines.append(f"layer step ({layer['what']}; goal {layer['goal']}):")
-        lines.append(f"  {'s,b,h,a':<16} {'shardscope ms':>13} {'torch ms':>9} {'ratio':>6}  goal")
+        lines.append(f"  {'model':<6} {'s,b,h,a[,g]':<18} {'shardscope ms':>13} {'torch ms':>9} "
+                     f"{'ratio':>6}  goal")
         for row in layer["rows"]:
             goal = {True: "met", False: "not met", None: "-"}[row["goal_met"]]
-            lines.append(f"  {row['shape']:<16} {fmt(row['shardscope_ms']):>13} "
+            lines.append(f"  {row.get('model', 'gpt'):<6} {row['shape']:<18} "
+                         f"{fmt(row['shardscope_ms']):>13} "
                          f"{fmt(row['torch_ms']):>9} {fmt(row['ratio'], '.2f'):>6}  {goal}")
     bandwidth = r["figures"].get("bandwidth")
     if bandwidth:
