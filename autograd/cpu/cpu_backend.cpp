@@ -4,14 +4,17 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cpu/gemm_bf16.h"
+#include "autograd/cpu/philox_words.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "autograd/kernels/gelu.h"
@@ -387,14 +390,36 @@ void CpuBackend::scale(const Tensor& x, double alpha, Tensor& out) {
   });
 }
 
+namespace {
+
+// The elements of a GeLU loop's chunk, so that its s values fit a stack buffer.
+constexpr std::int64_t kGeluChunk = 256;
+
+// s[j] = kernels::gelu_half_one_plus_tanh(x[j]) for j < n <= kGeluChunk, the same operations in
+// the same order, in three loops: the two without the exp call vectorise.
+template <class T, class C = kernels::compute_t<T>>
+void gelu_s(const T* x, std::int64_t n, C* s) {
+  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::gelu_exp_argument(static_cast<C>(x[j]));
+  for (std::int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j]);
+  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::gelu_s_from_exp(s[j]);
+}
+
+}  // namespace
+
 void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
   dispatch_floating(x.dtype(), "gelu_forward", [&](auto tag) {
     using T = decltype(tag);
+    using C = kernels::compute_t<T>;
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = static_cast<T>(kernels::gelu(static_cast<kernels::compute_t<T>>(in[i])));
+      C s[kGeluChunk];
+      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
+        const std::int64_t n = std::min(kGeluChunk, end - i);
+        gelu_s(in + i, n, s);
+        for (std::int64_t j = 0; j < n; ++j) {
+          o[i + j] = static_cast<T>(static_cast<C>(in[i + j]) * s[j]);  // kernels::gelu
+        }
       }
     });
   });
@@ -403,29 +428,53 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
 void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = kernels::compute_t<T>;
     const T* in = x.data<T>();
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      using C = kernels::compute_t<T>;
-      for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = static_cast<T>(static_cast<C>(g[i]) * kernels::gelu_grad(static_cast<C>(in[i])));
+      C s[kGeluChunk];
+      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
+        const std::int64_t n = std::min(kGeluChunk, end - i);
+        gelu_s(in + i, n, s);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const C grad = kernels::gelu_grad_from_s(static_cast<C>(in[i + j]), s[j]);
+          o[i + j] = static_cast<T>(static_cast<C>(g[i + j]) * grad);
+        }
       }
     });
   });
 }
 
+namespace {
+
+// s[j] = kernels::sigmoid of the gate of output j (x[2 j]) for j < n <= kGeluChunk: the exp in a
+// loop of its own, as gelu_s.
+template <class T, class C = kernels::compute_t<T>>
+void swiglu_sigmoids(const T* x, std::int64_t n, C* s) {
+  for (std::int64_t j = 0; j < n; ++j) s[j] = std::exp(-static_cast<C>(x[2 * j]));
+  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::sigmoid_from_exp(s[j]);
+}
+
+}  // namespace
+
 // Each thread a range of outputs i, reading the pair (x[2i], x[2i + 1]) = (gate, up).
 void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
   dispatch_floating(x.dtype(), "swiglu_forward", [&](auto tag) {
     using T = decltype(tag);
+    using C = kernels::compute_t<T>;
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(y.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      using C = kernels::compute_t<T>;
-      for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = static_cast<T>(
-            kernels::swiglu(static_cast<C>(in[2 * i]), static_cast<C>(in[2 * i + 1])));
+      C s[kGeluChunk];
+      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
+        const std::int64_t n = std::min(kGeluChunk, end - i);
+        const T* pair = in + 2 * i;
+        swiglu_sigmoids(pair, n, s);
+        for (std::int64_t j = 0; j < n; ++j) {
+          o[i + j] = static_cast<T>(kernels::swiglu_from_sigmoid(
+              static_cast<C>(pair[2 * j]), static_cast<C>(pair[2 * j + 1]), s[j]));
+        }
       }
     });
   });
@@ -434,17 +483,24 @@ void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
 void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   dispatch_floating(x.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = kernels::compute_t<T>;
     const T* in = x.data<T>();
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(dy.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      using C = kernels::compute_t<T>;
-      for (std::int64_t i = begin; i < end; ++i) {
-        C dgate, dup;
-        kernels::swiglu_grad(static_cast<C>(in[2 * i]), static_cast<C>(in[2 * i + 1]),
-                             static_cast<C>(g[i]), dgate, dup);
-        o[2 * i] = static_cast<T>(dgate);
-        o[2 * i + 1] = static_cast<T>(dup);
+      C s[kGeluChunk];
+      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
+        const std::int64_t n = std::min(kGeluChunk, end - i);
+        const T* pair = in + 2 * i;
+        swiglu_sigmoids(pair, n, s);
+        for (std::int64_t j = 0; j < n; ++j) {
+          C dgate, dup;
+          kernels::swiglu_grad_from_sigmoid(static_cast<C>(pair[2 * j]),
+                                            static_cast<C>(pair[2 * j + 1]),
+                                            static_cast<C>(g[i + j]), s[j], dgate, dup);
+          o[2 * (i + j)] = static_cast<T>(dgate);
+          o[2 * (i + j) + 1] = static_cast<T>(dup);
+        }
       }
     });
   });
@@ -475,11 +531,24 @@ void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_p
         }
       }
     }
+    std::vector<float> table_f32;
+    if (kernels::is_half_v<T>) table_f32.assign(table.begin(), table.end());
     auto rows = [&](std::int64_t first, std::int64_t end) {
       for (std::int64_t row = first; row < end; ++row) {
         const std::int64_t position = kernels::rope_row_position(row, g);
         const T* a = in + row * d;
         T* out = o + row * d;
+        if (!table.empty() && kernels::is_half_v<T>) {
+          // The rotation in f32 with the table's cosines and sines rounded to f32, then rounded
+          // once to T (as softmax_backward's row): a loop the compiler vectorises.
+          const float* cs = table_f32.data() + 2 * (position - g.first_position) * half;
+          for (std::int64_t i = 0; i < half; ++i) {
+            const auto xa = static_cast<float>(a[i]), xb = static_cast<float>(a[i + half]);
+            out[i] = static_cast<T>(xa * cs[2 * i] - xb * cs[2 * i + 1]);
+            out[i + half] = static_cast<T>(xb * cs[2 * i] + xa * cs[2 * i + 1]);
+          }
+          continue;
+        }
         if (!table.empty()) {
           const double* cs = table.data() + 2 * (position - g.first_position) * half;
           for (std::int64_t i = 0; i < half; ++i) {
@@ -497,6 +566,24 @@ void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_p
     threads_.parallel_for(x.numel() / d, std::max<std::int64_t>(kCostlyGrain / d, 1), rows);
   });
 }
+
+namespace {
+
+// kernels::dropout_apply(x, keep, scale) without a branch, so that a loop of them vectorises:
+// x scale with every bit cleared where dropped (+0, dropout_apply's zero).
+template <class C>
+C dropout_select(C x, bool keep, C scale) {
+  using Bits = std::conditional_t<sizeof(C) == 8, std::uint64_t, std::uint32_t>;
+  const C kept = x * scale;
+  Bits bits;
+  std::memcpy(&bits, &kept, sizeof bits);
+  bits &= Bits{0} - static_cast<Bits>(keep);
+  C out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+}  // namespace
 
 void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
                                  Tensor& y) {
@@ -517,10 +604,13 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     using C = kernels::compute_t<T>;
     const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
     if (last == 0) return;
+    // kernels::dropout_keep's test, uniform_from_bits(bits) = (bits >> 8) / 2^24 >= p, as
+    // (bits >> 8) >= ceil(p 2^24) on integers: the same test, since p 2^24 is exact in double.
+    const auto threshold = static_cast<std::uint32_t>(std::ceil(spec.p * 16777216.0));
     auto rows = [&](std::int64_t first, std::int64_t end) {
       // kernels::dropout_keep, with each Philox call's four words used for the four elements
       // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
-      // and a row's calls made in a loop of their own, where independent calls overlap.
+      // and a row's calls made together (cpu::philox_words: 16 side by side on AVX-512).
       std::vector<std::uint32_t> words;
       for (std::int64_t row = first * last; row < end * last; row += last) {
         // Global linear index of this local row's first element.
@@ -530,34 +620,18 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
         const std::uint64_t blocks =
             ((base + static_cast<std::uint64_t>(last) - 1) >> 2) - first_block + 1;
         words.resize(4 * blocks);
-        auto draw = [&](std::uint64_t c) {
-          const std::uint64_t block = first_block + c;
-          const kernels::Philox4 bits = kernels::philox4x32(static_cast<std::uint32_t>(block),
-                                                            static_cast<std::uint32_t>(block >> 32),
-                                                            spec.stream, spec.step, spec.seed);
-          for (std::uint64_t k = 0; k < 4; ++k) words[4 * c + k] = bits.v[k];
-        };
-        std::uint64_t c = 0;
-        for (; c + 4 <= blocks; c += 4) {  // four independent calls in one body overlap
-          draw(c);
-          draw(c + 1);
-          draw(c + 2);
-          draw(c + 3);
-        }
-        for (; c < blocks; ++c) draw(c);
+        cpu::philox_words(first_block, blocks, spec.stream, spec.step, spec.seed, words.data());
         // Locals, not the captures: a store through the u8 mask may alias anything, so the
         // compiler would reload every captured pointer after each one.
         const std::uint32_t* bits = words.data() + (base & 3u);  // element j's word: bits[j]
         const T* row_in = in + row;
         T* row_out = out + row;
         std::uint8_t* row_mask = m + row;
-        const double p = spec.p;
         const C scale = keep_scale;
         for (std::int64_t j = 0; j < last; ++j) {
-          const bool keep = kernels::uniform_from_bits(bits[j]) >= p;
+          const bool keep = (bits[j] >> 8) >= threshold;
           row_mask[j] = keep ? 1 : 0;
-          row_out[j] =
-              static_cast<T>(kernels::dropout_apply(static_cast<C>(row_in[j]), keep, scale));
+          row_out[j] = static_cast<T>(dropout_select(static_cast<C>(row_in[j]), keep, scale));
         }
       }
     };
@@ -575,7 +649,7 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p
     const C keep_scale = static_cast<C>(1.0 / (1.0 - p));
     threads_.parallel_for(dy.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = static_cast<T>(kernels::dropout_apply(static_cast<C>(g[i]), m[i] != 0, keep_scale));
+        o[i] = static_cast<T>(dropout_select(static_cast<C>(g[i]), m[i] != 0, keep_scale));
       }
     });
   });

@@ -95,8 +95,24 @@ void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const T
       const kernels::LayerNormRowSums sums =
           kernels::layernorm_backward_row_sums(gy, in, gamma, h, 0, 1, mu, inv);
       const double n = static_cast<double>(h);
-      kernels::layernorm_backward_row(gy, in, gamma, dx.data<T>() + r * h, h, 0, 1, mu, inv,
-                                      centered ? sums.dxhat / n : 0.0, sums.dxhat_xhat / n);
+      const double mean_dxhat = centered ? sums.dxhat / n : 0.0;
+      const double mean_dxhat_xhat = sums.dxhat_xhat / n;
+      if constexpr (kernels::is_half_v<T>) {
+        // kernels::layernorm_backward_row in f32, rounded once to T (as softmax_backward's row):
+        // a loop the compiler vectorises; f32 roundings, far below an ulp of T but for
+        // cancellation.
+        const auto fmu = static_cast<float>(mu), finv = static_cast<float>(inv);
+        const auto a = static_cast<float>(mean_dxhat), b = static_cast<float>(mean_dxhat_xhat);
+        T* o = dx.data<T>() + r * h;
+        for (std::int64_t j = 0; j < h; ++j) {
+          const float xhat = (static_cast<float>(in[j]) - fmu) * finv;
+          const float dxhat = static_cast<float>(gy[j]) * static_cast<float>(gamma[j]);
+          o[j] = static_cast<T>(finv * (dxhat - a - xhat * b));
+        }
+      } else {
+        kernels::layernorm_backward_row(gy, in, gamma, dx.data<T>() + r * h, h, 0, 1, mu, inv,
+                                        mean_dxhat, mean_dxhat_xhat);
+      }
     }
   });
   // dgamma (and dbeta): each thread a range of columns, summed over the rows in row order.
@@ -236,7 +252,19 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
         const T* p = y.data<T>() + r * sk;
         const T* g = dy.data<T>() + r * sk;
         const double dot = kernels::softmax_backward_dot(p, g, sk, 0, 1);
-        kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
+        if constexpr (kernels::is_half_v<T>) {
+          // y (dy - dot) in f32, rounded once to T, where the shared row computes it in double
+          // (then rounds to odd in f32 and to T): in a loop the compiler vectorises. The two
+          // differ by f32 roundings, about 2^-24 |y dot|: below an ulp of T unless dy - dot cancels
+          // more than 16 bits.
+          const auto d = static_cast<float>(dot);
+          T* o = dx.data<T>() + r * sk;
+          for (std::int64_t j = 0; j < sk; ++j) {
+            o[j] = static_cast<T>(static_cast<float>(p[j]) * (static_cast<float>(g[j]) - d));
+          }
+        } else {
+          kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
+        }
       }
     });
   });

@@ -14,8 +14,9 @@
 #include "autograd/errors.h"
 #include "autograd/kernels/half.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
+#include "autograd/cpu/x86_features.h"
+
+#ifdef SHARDSCOPE_X86
 #include <immintrin.h>
 #define SHARDSCOPE_BF16_DOT 1
 #endif
@@ -66,17 +67,6 @@ __attribute__((target("avx512f,avx512bf16"))) void tile(const std::uint32_t* a,
 #undef SHARDSCOPE_DOT
 #undef SHARDSCOPE_LOAD
 #undef SHARDSCOPE_EACH_ROW
-}
-
-bool cpu_has_bf16_dot() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;  // OSXSAVE
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0xE6u) != 0xE6u) return false;  // the OS saves SSE, AVX and the AVX-512 state
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx & (1u << 16))) return false;
-  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  return (eax & (1u << 5)) != 0;  // AVX512_BF16
 }
 #endif
 
@@ -240,7 +230,7 @@ bool bf16_dot_products() {
   static const bool available = [] {
     const char* choice = std::getenv("SHARDSCOPE_CPU_BF16_GEMM");
     if (choice && std::strcmp(choice, "f32") == 0) return false;
-    return cpu_has_bf16_dot();
+    return cpu_has_avx512_bf16();
   }();
   return available;
 #else

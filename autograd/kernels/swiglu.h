@@ -13,9 +13,16 @@
 
 namespace shardscope::kernels {
 
+// sigmoid(a) given e = exp(-a) (a CPU loop takes the exp, a libm call, in a loop of its own, so
+// that the others vectorise).
+template <class T>
+SS_HOST_DEVICE T sigmoid_from_exp(T e) {
+  return T(1) / (T(1) + e);
+}
+
 template <class T>
 SS_HOST_DEVICE T sigmoid(T a) {
-  return T(1) / (T(1) + std::exp(-a));
+  return sigmoid_from_exp(std::exp(-a));
 }
 
 template <class T>
@@ -23,18 +30,28 @@ SS_HOST_DEVICE T silu(T a) {
   return a * sigmoid(a);
 }
 
+// ... given s = sigmoid(gate).
+template <class T>
+SS_HOST_DEVICE T swiglu_from_sigmoid(T gate, T up, T s) {
+  return (gate * s) * up;
+}
+
 template <class T>
 SS_HOST_DEVICE T swiglu(T gate, T up) {
-  return silu(gate) * up;
+  return swiglu_from_sigmoid(gate, up, sigmoid(gate));
 }
 
 // The gradients of one output's pair: dgate = dy up silu'(gate), dup = dy silu(gate), with one
-// sigmoid for both.
+// sigmoid s = sigmoid(gate) for both.
 template <class T>
-SS_HOST_DEVICE void swiglu_grad(T gate, T up, T dy, T& dgate, T& dup) {
-  const T s = sigmoid(gate);
+SS_HOST_DEVICE void swiglu_grad_from_sigmoid(T gate, T up, T dy, T s, T& dgate, T& dup) {
   dgate = dy * up * (s * (T(1) + gate * (T(1) - s)));
   dup = dy * (gate * s);
+}
+
+template <class T>
+SS_HOST_DEVICE void swiglu_grad(T gate, T up, T dy, T& dgate, T& dup) {
+  swiglu_grad_from_sigmoid(gate, up, dy, sigmoid(gate), dgate, dup);
 }
 
 }  // namespace shardscope::kernels

@@ -1,0 +1,106 @@
+#include "autograd/cpu/philox_words.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "autograd/cpu/x86_features.h"
+#include "autograd/kernels/philox.h"
+
+#ifdef SHARDSCOPE_X86
+#include <immintrin.h>
+#endif
+
+namespace shardscope::cpu {
+namespace {
+
+#ifdef SHARDSCOPE_X86
+// The masked (maskz) forms with every lane kept: the unmasked ones start from an undefined vector
+// that GCC 12 reports as maybe uninitialized.
+constexpr __mmask8 kAll64 = 0xFF;
+constexpr __mmask16 kOddLanes = 0xAAAA;
+
+// The 32 x 32 -> 64-bit products of each lane of v with m: their low halves in lo, high in hi.
+// vpmuludq multiplies the even 32-bit lanes; the odd ones are shifted down first.
+__attribute__((target("avx512f"))) void mul_wide(__m512i v, __m512i m, __m512i& lo, __m512i& hi) {
+  const __m512i even = _mm512_maskz_mul_epu32(kAll64, v, m);
+  const __m512i odd = _mm512_maskz_mul_epu32(kAll64, _mm512_maskz_srli_epi64(kAll64, v, 32), m);
+  lo = _mm512_mask_blend_epi32(kOddLanes, even, _mm512_maskz_slli_epi64(kAll64, odd, 32));
+  hi = _mm512_mask_blend_epi32(kOddLanes, _mm512_maskz_srli_epi64(kAll64, even, 32), odd);
+}
+
+// Blocks first_block + c, c in [0, 16), into words[4 c + w]: kernels::philox4x32's ten rounds
+// (philox_round) on 16 counters, lane c holding block first_block + c.
+__attribute__((target("avx512f"))) void philox16(std::uint64_t first_block, std::uint32_t stream,
+                                                 std::uint32_t step, std::uint64_t seed,
+                                                 std::uint32_t* words) {
+  const auto low = static_cast<std::uint32_t>(first_block);
+  const auto high = static_cast<std::uint32_t>(first_block >> 32);
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i low_v = _mm512_set1_epi32(static_cast<int>(low));
+  __m512i c0 = _mm512_add_epi32(low_v, lanes);                 // the low word, wrapping
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, low_v);  // ... into the high word
+  const __m512i high_v = _mm512_set1_epi32(static_cast<int>(high));
+  __m512i c1 = _mm512_mask_add_epi32(high_v, carry, high_v, _mm512_set1_epi32(1));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(stream));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(step));
+  auto key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32);
+  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
+  const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  for (int round = 0; round < 10; ++round) {
+    __m512i lo0, hi0, lo1, hi1;
+    mul_wide(c0, mul0, lo0, hi0);
+    mul_wide(c2, mul1, lo1, hi1);
+    const __m512i k0 = _mm512_set1_epi32(static_cast<int>(key0));
+    const __m512i k1 = _mm512_set1_epi32(static_cast<int>(key1));
+    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), k0);
+    c1 = lo1;
+    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), k1);
+    c3 = lo0;
+    key0 += 0x9E3779B9u;
+    key1 += 0xBB67AE85u;
+  }
+  alignas(64) std::uint32_t v[4][16];
+  _mm512_store_si512(v[0], c0);
+  _mm512_store_si512(v[1], c1);
+  _mm512_store_si512(v[2], c2);
+  _mm512_store_si512(v[3], c3);
+  for (int c = 0; c < 16; ++c) {
+    for (int w = 0; w < 4; ++w) words[4 * c + w] = v[w][c];
+  }
+}
+#endif
+
+}  // namespace
+
+void philox_words_scalar(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
+                         std::uint32_t step, std::uint64_t seed, std::uint32_t* words) {
+  for (std::uint64_t c = 0; c < blocks; ++c) {
+    const std::uint64_t block = first_block + c;
+    const kernels::Philox4 bits =
+        kernels::philox4x32(static_cast<std::uint32_t>(block),
+                            static_cast<std::uint32_t>(block >> 32), stream, step, seed);
+    std::memcpy(words + 4 * c, bits.v, sizeof bits.v);
+  }
+}
+
+bool philox_vectorized() {
+  static const bool vectorized = [] {
+    const char* choice = std::getenv("SHARDSCOPE_CPU_PHILOX");
+    if (choice && std::strcmp(choice, "scalar") == 0) return false;
+    return cpu_has_avx512f();
+  }();
+  return vectorized;
+}
+
+void philox_words(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
+                  std::uint32_t step, std::uint64_t seed, std::uint32_t* words) {
+  std::uint64_t c = 0;
+#ifdef SHARDSCOPE_X86
+  if (philox_vectorized()) {
+    for (; c + 16 <= blocks; c += 16) philox16(first_block + c, stream, step, seed, words + 4 * c);
+  }
+#endif
+  philox_words_scalar(first_block + c, blocks - c, stream, step, seed, words + 4 * c);
+}
+
+}  // namespace shardscope::cpu

@@ -1,0 +1,51 @@
+#include "autograd/cpu/x86_features.h"
+
+#ifdef SHARDSCOPE_X86
+#include <cpuid.h>
+#endif
+
+namespace shardscope::cpu {
+
+#ifdef SHARDSCOPE_X86
+namespace {
+
+struct Features {
+  bool avx512f = false, avx512_bf16 = false;
+};
+
+Features detect() {
+  Features f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return f;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0xE6u) != 0xE6u) return f;  // the OS saves SSE, AVX and the AVX-512 state
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx & (1u << 16))) return f;
+  f.avx512f = true;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
+  return f;
+}
+
+const Features& features() {
+  static const Features f = detect();
+  return f;
+}
+
+}  // namespace
+
+bool cpu_has_avx512f() {
+  return features().avx512f;
+}
+bool cpu_has_avx512_bf16() {
+  return features().avx512_bf16;
+}
+#else
+bool cpu_has_avx512f() {
+  return false;
+}
+bool cpu_has_avx512_bf16() {
+  return false;
+}
+#endif
+
+}  // namespace shardscope::cpu

@@ -1,0 +1,84 @@
+// The CPU backend's dropout draws: cpu::philox_words (16 Philox blocks side by side on AVX-512)
+// gives kernels::philox_bits's words bit for bit, across the carry of the block's low word into
+// its high word; and the backend's integer keep test is kernels::dropout_keep's, at the boundary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "autograd/context.h"
+#include "autograd/cpu/philox_words.h"
+#include "autograd/kernels/philox.h"
+#include "autograd/ops.h"
+#include "autograd/tensor.h"
+
+namespace shardscope {
+namespace {
+
+constexpr std::uint64_t kSeed = 0x0123456789abcdefull;
+constexpr std::uint32_t kStream = 7, kStep = 3;
+
+// Every first block and count the vector path can meet: from 0, across 2^32 (the high word's
+// carry inside a group of 16), near the last block of a 64-bit element index (2^62 - 1); counts
+// under, at and over 16.
+const std::vector<std::uint64_t> kFirstBlocks = {0, 5, (std::uint64_t{1} << 32) - 7,
+                                                 (std::uint64_t{1} << 33) + 3,
+                                                 (std::uint64_t{1} << 62) - 40};
+const std::vector<std::uint64_t> kCounts = {0, 1, 15, 16, 17, 37, 64};
+
+TEST(PhiloxWords, ScalarWordsAreThePhiloxBitsOfEachElement) {
+  for (std::uint64_t first : kFirstBlocks) {
+    std::vector<std::uint32_t> words(4 * 20);
+    cpu::philox_words_scalar(first, 20, kStream, kStep, kSeed, words.data());
+    for (std::uint64_t i = 0; i < words.size(); ++i) {
+      ASSERT_EQ(words[i], kernels::philox_bits(kSeed, kStream, kStep, 4 * first + i))
+          << "block " << first << " + " << i / 4 << ", word " << i % 4;
+    }
+  }
+}
+
+TEST(PhiloxWords, SixteenBlocksAtOnceGiveTheScalarBits) {
+  if (!cpu::philox_vectorized()) {
+    GTEST_SKIP() << "this CPU (or the OS) has no AVX512F, or SHARDSCOPE_CPU_PHILOX=scalar: "
+                    "philox_words runs block by block";
+  }
+  for (std::uint64_t first : kFirstBlocks) {
+    for (std::uint64_t count : kCounts) {
+      std::vector<std::uint32_t> fast(4 * count + 1, 0xdeadbeefu),
+          plain(4 * count + 1, 0xdeadbeefu);
+      cpu::philox_words(first, count, kStream, kStep, kSeed, fast.data());
+      cpu::philox_words_scalar(first, count, kStream, kStep, kSeed, plain.data());
+      ASSERT_EQ(fast, plain) << "first block " << first << ", " << count << " blocks";
+    }
+  }
+}
+
+// An element whose uniform draw u equals p is kept (dropout_keep tests u >= p) and dropped when p
+// is the next double above u; the same for every element around it.
+TEST(PhiloxWords, DropoutKeepsExactlyTheElementsDropoutKeepKeeps) {
+  Context ctx;
+  const std::int64_t n = 1000;
+  DropoutSpec spec;
+  spec.seed = kSeed;
+  spec.stream = kStream;
+  spec.step = kStep;
+  const std::uint64_t probe = 123;
+  const double u = kernels::uniform_from_bits(kernels::philox_bits(kSeed, kStream, kStep, probe));
+  ASSERT_GT(u, 0.0);
+  ASSERT_LT(u, 1.0);
+  for (double p : {u, std::nextafter(u, 1.0), std::nextafter(u, 0.0)}) {
+    spec.p = p;
+    const Tensor x = Tensor::full(ctx, Shape{n}, 1.0);
+    const std::vector<double> y = dropout(x, spec).to_vector();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const bool keep =
+          kernels::dropout_keep(kSeed, kStream, kStep, static_cast<std::uint64_t>(i), p);
+      ASSERT_EQ(y[static_cast<std::size_t>(i)] != 0.0, keep) << "element " << i << ", p " << p;
+    }
+    EXPECT_EQ(y[probe] != 0.0, p <= u) << "the probe, p " << p << ", u " << u;
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
