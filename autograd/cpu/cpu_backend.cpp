@@ -101,7 +101,52 @@ cpu::RowThreads& shared_row_threads() {
 
 }  // namespace
 
-CpuBackend::CpuBackend() : threads_(shared_row_threads()) {}
+namespace {
+
+std::string out_of_host_memory(std::size_t bytes) {
+  return "out of memory on cpu: asked for " + std::to_string(bytes) + " bytes (" +
+         std::to_string(bytes >> 20) + " MiB)";
+}
+
+// The cache's blocks: malloc and free (CpuBackend::allocate zeroes what it hands out). The
+// cache's out-of-memory error names the request and what it holds, then this.
+class HostBlocks final : public RawAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = std::malloc(bytes);
+    if (!p) throw OutOfMemoryError("malloc of " + std::to_string(bytes) + " bytes failed");
+    return p;
+  }
+  void release(void* data, std::size_t) override { std::free(data); }
+};
+
+}  // namespace
+
+CpuBackend::CpuBackend() : threads_(shared_row_threads()) {
+  if (caches_blocks()) {
+    blocks_ = std::make_unique<HostBlocks>();
+    cache_ = std::make_unique<CachingAllocator>(*blocks_, "cpu",
+                                                CachingAllocator::CacheLimit::peak_in_use);
+  }
+}
+
+CpuBackend::~CpuBackend() = default;
+
+bool CpuBackend::caches_blocks() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  static const bool caching = [] {
+    const char* choice = std::getenv("SHARDSCOPE_CPU_CACHE");
+    return !(choice && std::strcmp(choice, "0") == 0);
+  }();
+  return caching;
+#endif
+}
+
+AllocatorStats CpuBackend::cache_stats() const {
+  return cache_ ? cache_->stats() : AllocatorStats{};
+}
 
 std::unique_ptr<Backend> make_backend(Device device) {
   if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>();
@@ -110,15 +155,18 @@ std::unique_ptr<Backend> make_backend(Device device) {
 }
 
 void* CpuBackend::allocate(std::size_t bytes) {
-  void* p = std::calloc(bytes ? bytes : 1, 1);
-  if (!p) {
-    throw OutOfMemoryError("out of memory on cpu: asked for " + std::to_string(bytes) + " bytes (" +
-                           std::to_string(bytes >> 20) + " MiB)");
+  if (cache_ && bytes >= kCachedBlockBytes) {
+    void* p = cache_->allocate(bytes);
+    std::memset(p, 0, bytes);  // memory is handed out zeroed (Backend::allocate)
+    return p;
   }
+  void* p = std::calloc(bytes ? bytes : 1, 1);
+  if (!p) throw OutOfMemoryError(out_of_host_memory(bytes));
   return p;
 }
 
-void CpuBackend::deallocate(void* data, std::size_t) {
+void CpuBackend::deallocate(void* data, std::size_t bytes) {
+  if (cache_ && bytes >= kCachedBlockBytes) return cache_->deallocate(data, bytes);
   std::free(data);
 }
 

@@ -27,6 +27,8 @@ namespace {
 constexpr std::int64_t kMr = 8;   // rows of a tile: 16 accumulators of 16 lanes
 constexpr std::int64_t kNr = 32;  // columns of a tile (two registers of f32 lanes)
 constexpr std::int64_t kBlockPairs = kBf16BlockK / 2;
+// Rows of C whose sums are computed together (a multiple of kMr).
+constexpr std::int64_t kRowChunk = 128;
 // Multiply-adds worth a piece of rows (as kGemmGrain in cpu_backend.cpp).
 constexpr std::int64_t kGrain = std::int64_t{1} << 20;
 
@@ -127,13 +129,15 @@ void pack_b(const Operand& b, std::int64_t e, std::int64_t k, std::int64_t n, st
   }
 }
 
-// Rows [row_begin, row_end) of entry e's product into acc (rows padded to kMr, ldacc columns).
+// Rows [row_begin, row_end) of entry e's product into acc (rows padded to kMr, ldacc columns,
+// zeroed), with packed_a as room for A's tiles.
 void rows_product(const Operand& a, std::int64_t e, std::int64_t k, std::int64_t row_begin,
                   std::int64_t row_end, const std::uint32_t* packed_b, std::int64_t pairs,
-                  std::int64_t panels, float* acc, std::int64_t ldacc) {
+                  std::int64_t panels, float* acc, std::int64_t ldacc,
+                  std::vector<std::uint32_t>& packed_a) {
   const std::int64_t tiles = round_up(row_end - row_begin, kMr) / kMr;
   // A's tiles, pair-major: tile t, pair p, row r at (t * pairs + p) * kMr + r.
-  std::vector<std::uint32_t> packed_a(static_cast<std::size_t>(tiles * pairs * kMr));
+  packed_a.assign(static_cast<std::size_t>(tiles * pairs * kMr), 0);
   for (std::int64_t t = 0; t < tiles; ++t) {
     const std::int64_t row0 = row_begin + t * kMr;
     pack_pairs(a, a.entry(e), row0, std::min(kMr, row_end - row0), k, kMr,
@@ -249,11 +253,19 @@ void gemm_bf16_dot(const GemmDesc& d, const std::uint16_t* a, const std::uint16_
   const std::int64_t panels = round_up(d.n, kNr) / kNr, ldacc = panels * kNr;
   const std::int64_t packed_b_size = panels * pairs * kNr;  // 32-bit pairs
   const std::int64_t work = std::max<std::int64_t>(d.m * d.n * std::max<std::int64_t>(d.k, 1), 1);
+  // Rows kRowChunk at a time, so that their sums and A's packed tiles are reused from cache (a
+  // piece's whole sums went to memory and back for every k block): each element still sums its
+  // k blocks in order, so the same bits.
   auto entry = [&](std::int64_t e, const std::uint32_t* packed_b, std::int64_t row_begin,
                    std::int64_t row_end) {
-    std::vector<float> acc(static_cast<std::size_t>(round_up(row_end - row_begin, kMr) * ldacc));
-    rows_product(op_a, e, d.k, row_begin, row_end, packed_b, pairs, panels, acc.data(), ldacc);
-    write_rows(d, e, row_begin, row_end, acc.data(), ldacc, c);
+    std::vector<float> acc;
+    std::vector<std::uint32_t> packed_a;
+    for (std::int64_t r0 = row_begin; r0 < row_end; r0 += kRowChunk) {
+      const std::int64_t r1 = std::min(r0 + kRowChunk, row_end);
+      acc.assign(static_cast<std::size_t>(round_up(r1 - r0, kMr) * ldacc), 0.0f);
+      rows_product(op_a, e, d.k, r0, r1, packed_b, pairs, panels, acc.data(), ldacc, packed_a);
+      write_rows(d, e, r0, r1, acc.data(), ldacc, c);
+    }
   };
   if (d.batch > 1) {  // whole entries per thread, each packing its own B unless all share one
     std::vector<std::uint32_t> shared_b;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/cuda/caching_allocator.h"
+#include "autograd/caching_allocator.h"
 #include "autograd/cuda/check.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/cuda/device_kernels.cuh"

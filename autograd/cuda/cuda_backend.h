@@ -11,7 +11,7 @@
 #include <string>
 
 #include "autograd/backend.h"
-#include "autograd/cuda/caching_allocator.h"
+#include "autograd/caching_allocator.h"
 
 namespace shardscope {
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "autograd/backend.h"
-#include "autograd/cuda/caching_allocator.h"
+#include "autograd/caching_allocator.h"
 #include "autograd/cuda/cuda_backend.h"
 
 namespace shardscope {

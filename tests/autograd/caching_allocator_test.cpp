@@ -1,14 +1,17 @@
-// CachingAllocator bookkeeping on the CPU: a host RawAllocator stands in for cudaMalloc/cudaFree.
-#include "autograd/cuda/caching_allocator.h"
+// CachingAllocator bookkeeping on the CPU: a host RawAllocator stands in for cudaMalloc/cudaFree;
+// and the CPU backend's own cache of large blocks.
+#include "autograd/caching_allocator.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
 
+#include "autograd/cpu/cpu_backend.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 
@@ -122,6 +125,66 @@ TEST(CachingAllocator, TracksInUseCachedReservedAndPeaks) {
   EXPECT_EQ(s.reserved, 1536u);
   EXPECT_EQ(s.peak_in_use, 1536u);
   EXPECT_EQ(raw.held(), 1536u);
+}
+
+// Limited to the peak in use, the free lists never hold more than that peak: a freed block past
+// it goes back to the raw allocator, so what is held stays within twice the peak.
+TEST(CachingAllocator, CacheLimitedToThePeakInUseGivesBackWhatWouldPassIt) {
+  HostRawAllocator raw;
+  CachingAllocator alloc(raw, "cpu", CachingAllocator::CacheLimit::peak_in_use);
+  void* a = alloc.allocate(512);
+  void* b = alloc.allocate(512);
+  void* c = alloc.allocate(512);
+  alloc.deallocate(a, 512);
+  alloc.deallocate(b, 512);
+  alloc.deallocate(c, 512);
+  EXPECT_EQ(raw.releases, 0);  // 1536 cached, the peak
+  EXPECT_EQ(alloc.stats().cached, 1536u);
+
+  void* big = alloc.allocate(2048);  // in use 2048: the new peak
+  alloc.deallocate(big, 2048);       // 1536 + 2048 would pass it
+  EXPECT_EQ(raw.releases, 1);
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.cached, 1536u);
+  EXPECT_EQ(s.reserved, 1536u);
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_EQ(raw.held(), 1536u);
+
+  // Without the limit the same block stays.
+  HostRawAllocator raw2;
+  CachingAllocator unlimited(raw2);
+  void* d = unlimited.allocate(512);
+  unlimited.deallocate(d, 512);
+  void* big2 = unlimited.allocate(2048);
+  unlimited.deallocate(big2, 2048);
+  EXPECT_EQ(raw2.releases, 0);
+  EXPECT_EQ(unlimited.stats().cached, 2560u);
+}
+
+// The CPU backend keeps large freed blocks and hands them out again zeroed, as Backend::allocate
+// promises.
+TEST(CpuBlockCache, ALargeBlockComesBackZeroed) {
+  if (!CpuBackend::caches_blocks()) {
+    GTEST_SKIP() << "this build (AddressSanitizer or ThreadSanitizer, which need every free) or "
+                    "SHARDSCOPE_CPU_CACHE=0 turns the CPU block cache off";
+  }
+  CpuBackend cpu;
+  const std::size_t bytes = CpuBackend::kCachedBlockBytes + 100;
+  auto* first = static_cast<unsigned char*>(cpu.allocate(bytes));
+  std::memset(first, 0xab, bytes);
+  cpu.deallocate(first, bytes);
+  auto* again = static_cast<unsigned char*>(cpu.allocate(bytes));
+  EXPECT_EQ(again, first) << "the freed block was not reused";
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < bytes; ++i) nonzero += again[i] != 0;
+  EXPECT_EQ(nonzero, 0u) << "bytes of a reused block not zeroed";
+  EXPECT_EQ(cpu.cache_stats().reuses, 1u);
+  cpu.deallocate(again, bytes);
+
+  // Below the threshold: no cache.
+  void* small = cpu.allocate(CpuBackend::kCachedBlockBytes - 1);
+  cpu.deallocate(small, CpuBackend::kCachedBlockBytes - 1);
+  EXPECT_EQ(cpu.cache_stats().raw_allocations, 1u);
 }
 
 TEST(CachingAllocator, EmptyCacheReturnsOnlyFreeBlocks) {

@@ -1,5 +1,5 @@
 // CachingAllocator: size classes, free lists, statistics.
-#include "autograd/cuda/caching_allocator.h"
+#include "autograd/caching_allocator.h"
 
 #include <algorithm>
 #include <new>
@@ -110,9 +110,14 @@ void CachingAllocator::deallocate(void* data, std::size_t bytes) {
                      std::to_string(size) + " bytes freed as " + std::to_string(bytes) + " bytes");
   }
   in_use_.erase(block);
+  stats_.in_use -= size;
+  if (limit_ == CacheLimit::peak_in_use && stats_.cached + size > stats_.peak_in_use) {
+    raw_.release(data, size);
+    stats_.reserved -= size;
+    return;
+  }
   cached_[size].push_back(data);
   cached_set_.emplace(data, size);
-  stats_.in_use -= size;
   stats_.cached += size;
 }
 

@@ -1,9 +1,11 @@
-// CachingAllocator: keeps freed device blocks for reuse instead of returning them to the driver,
-// as cudaMalloc/cudaFree synchronise the device and are slow. Sizes round up to 512-byte classes;
-// a freed block goes to its class's free list and the next request of that class takes it back.
-// Host-only C++ over a RawAllocator, so its bookkeeping is tested on the CPU with a host stand-in.
-// Blocks are reused without waiting: every kernel of a backend runs on its one stream, so a block
-// freed and reallocated is used after the work that used it before, in stream order.
+// CachingAllocator: keeps freed blocks for reuse instead of returning them to where they came
+// from. On a GPU, cudaMalloc/cudaFree synchronise the device and are slow; on the CPU, a large
+// block from malloc is fresh pages from the kernel, faulted in and zeroed page by page at every
+// first touch. Sizes round up to 512-byte classes; a freed block goes to its class's free list and
+// the next request of that class takes it back. Host-only C++ over a RawAllocator, so its
+// bookkeeping is tested on the CPU with a host stand-in. On a device, blocks are reused without
+// waiting: every kernel of a backend runs on its one stream, so a block freed and reallocated is
+// used after the work that used it before, in stream order.
 #pragma once
 
 #include <cstddef>
@@ -45,9 +47,18 @@ class CachingAllocator {
  public:
   static constexpr std::size_t kGranule = 512;
 
+  // How much the free lists may hold.
+  enum class CacheLimit {
+    none,         // every freed block (a device: the cache is emptied when an allocation fails)
+    peak_in_use,  // at most the peak bytes in use: a freed block past it goes back to the raw
+                  // allocator, so the allocator holds at most twice its peak (the CPU, where an
+                  // allocation rarely fails but uses up the machine's memory)
+  };
+
   // `device` names the device in out-of-memory errors ("cuda:0").
-  explicit CachingAllocator(RawAllocator& raw, std::string device = "the device")
-      : raw_(raw), device_(std::move(device)) {}
+  explicit CachingAllocator(RawAllocator& raw, std::string device = "the device",
+                            CacheLimit limit = CacheLimit::none)
+      : raw_(raw), device_(std::move(device)), limit_(limit) {}
   ~CachingAllocator();  // returns every block, cached or not, to the raw allocator
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -74,6 +85,7 @@ class CachingAllocator {
 
   RawAllocator& raw_;
   std::string device_;
+  CacheLimit limit_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> in_use_;      // block -> size class
   std::map<std::size_t, std::vector<void*>> cached_;   // size class -> free blocks
