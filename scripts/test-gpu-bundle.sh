@@ -271,6 +271,10 @@ if missing: problems.append(f"steps missing from results.json: {missing}")
 bad = [f"{n}: {steps[n]['status']} {steps[n].get('detail', '')}" for n in must_pass if n in steps and steps[n]["status"] != "passed"]
 if bad: problems.append(f"failed: {[b[:200] for b in bad[:3]]}")
 if rc != (0 if r["passed"] else 1): problems.append(f"exit {rc} while passed is {r['passed']}")
+# The layer step ran on the CPU for both models: every row has shardscope's time.
+rows = r["figures"].get("layer_step", {}).get("rows", [])
+if {row.get("model") for row in rows} != {"gpt", "llama"} or any(row["shardscope_ms"] is None for row in rows):
+    problems.append(f"layer_step rows without shardscope's time or a model: {rows}")
 if not r["summary"] or not r["rehearsal"]: problems.append("no summary or not marked a rehearsal")
 runtime = r["machine"]["libraries"].get("gcc-runtime")
 if hidden and runtime != "bundle":  # the system's is hidden: env.sh must take the bundle's

@@ -327,7 +327,11 @@ def layer_step_rows(runner, model, shapes):
             if b.get("aggregate_name") == "median":
                 s = re.search(r"s:(\d+)/b:(\d+)/h:(\d+)/a:(\d+)(?:/g:(\d+))?", b["name"])
                 scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-                ours[",".join(g for g in s.groups() if g)] = b["real_time"] * scale
+                dims = [d for d in s.groups() if d]
+                # A shape given as s,b,h,a is the one named .../a:A/g:A (every head its own K, V).
+                names = [",".join(dims)] + ([",".join(dims[:4])] if dims[4:] == dims[3:4] else [])
+                for name in names:
+                    ours[name] = b["real_time"] * scale
     argv = [runner.bin("layer_bench"), f"--backend={runner.plan.backend}", f"--model={model}",
             *(f"--shape={s}" for s in shapes),
             "--benchmark_filter=^BM_LayerStep/", "--benchmark_repetitions=5",
