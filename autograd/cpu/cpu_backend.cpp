@@ -452,6 +452,19 @@ void gelu_s(const T* x, std::int64_t n, C* s) {
   for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::gelu_s_from_exp(s[j]);
 }
 
+// Elements [begin, end) of a GeLU or SwiGLU loop, kGeluChunk at a time: fill(i, n, s) puts the
+// chunk's sigmoids in s (its exp in a loop of its own), then each(k, s) runs per element k in a
+// loop that vectorises.
+template <class C, class Fill, class Each>
+void sigmoid_chunks(std::int64_t begin, std::int64_t end, Fill&& fill, Each&& each) {
+  C s[kGeluChunk];
+  for (std::int64_t i = begin; i < end; i += kGeluChunk) {
+    const std::int64_t n = std::min(kGeluChunk, end - i);
+    fill(i, n, s);
+    for (std::int64_t j = 0; j < n; ++j) each(i + j, s[j]);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
@@ -461,14 +474,9 @@ void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      C s[kGeluChunk];
-      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
-        const std::int64_t n = std::min(kGeluChunk, end - i);
-        gelu_s(in + i, n, s);
-        for (std::int64_t j = 0; j < n; ++j) {
-          o[i + j] = static_cast<T>(static_cast<C>(in[i + j]) * s[j]);  // kernels::gelu
-        }
-      }
+      sigmoid_chunks<C>(
+          begin, end, [&](std::int64_t i, std::int64_t n, C* s) { gelu_s(in + i, n, s); },
+          [&](std::int64_t k, C s) { o[k] = static_cast<T>(static_cast<C>(in[k]) * s); });
     });
   });
 }
@@ -481,15 +489,12 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      C s[kGeluChunk];
-      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
-        const std::int64_t n = std::min(kGeluChunk, end - i);
-        gelu_s(in + i, n, s);
-        for (std::int64_t j = 0; j < n; ++j) {
-          const C grad = kernels::gelu_grad_from_s(static_cast<C>(in[i + j]), s[j]);
-          o[i + j] = static_cast<T>(static_cast<C>(g[i + j]) * grad);
-        }
-      }
+      sigmoid_chunks<C>(
+          begin, end, [&](std::int64_t i, std::int64_t n, C* s) { gelu_s(in + i, n, s); },
+          [&](std::int64_t k, C s) {
+            const C grad = kernels::gelu_grad_from_s(static_cast<C>(in[k]), s);
+            o[k] = static_cast<T>(static_cast<C>(g[k]) * grad);
+          });
     });
   });
 }
@@ -514,16 +519,13 @@ void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
     const T* in = x.data<T>();
     T* o = y.data<T>();
     threads_.parallel_for(y.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      C s[kGeluChunk];
-      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
-        const std::int64_t n = std::min(kGeluChunk, end - i);
-        const T* pair = in + 2 * i;
-        swiglu_sigmoids(pair, n, s);
-        for (std::int64_t j = 0; j < n; ++j) {
-          o[i + j] = static_cast<T>(kernels::swiglu_from_sigmoid(
-              static_cast<C>(pair[2 * j]), static_cast<C>(pair[2 * j + 1]), s[j]));
-        }
-      }
+      sigmoid_chunks<C>(
+          begin, end,
+          [&](std::int64_t i, std::int64_t n, C* s) { swiglu_sigmoids(in + 2 * i, n, s); },
+          [&](std::int64_t k, C s) {
+            o[k] = static_cast<T>(kernels::swiglu_from_sigmoid(static_cast<C>(in[2 * k]),
+                                                               static_cast<C>(in[2 * k + 1]), s));
+          });
     });
   });
 }
@@ -536,20 +538,17 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
     const T* g = dy.data<T>();
     T* o = dx.data<T>();
     threads_.parallel_for(dy.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      C s[kGeluChunk];
-      for (std::int64_t i = begin; i < end; i += kGeluChunk) {
-        const std::int64_t n = std::min(kGeluChunk, end - i);
-        const T* pair = in + 2 * i;
-        swiglu_sigmoids(pair, n, s);
-        for (std::int64_t j = 0; j < n; ++j) {
-          C dgate, dup;
-          kernels::swiglu_grad_from_sigmoid(static_cast<C>(pair[2 * j]),
-                                            static_cast<C>(pair[2 * j + 1]),
-                                            static_cast<C>(g[i + j]), s[j], dgate, dup);
-          o[2 * (i + j)] = static_cast<T>(dgate);
-          o[2 * (i + j) + 1] = static_cast<T>(dup);
-        }
-      }
+      sigmoid_chunks<C>(
+          begin, end,
+          [&](std::int64_t i, std::int64_t n, C* s) { swiglu_sigmoids(in + 2 * i, n, s); },
+          [&](std::int64_t k, C s) {
+            C dgate, dup;
+            kernels::swiglu_grad_from_sigmoid(static_cast<C>(in[2 * k]),
+                                              static_cast<C>(in[2 * k + 1]), static_cast<C>(g[k]),
+                                              s, dgate, dup);
+            o[2 * k] = static_cast<T>(dgate);
+            o[2 * k + 1] = static_cast<T>(dup);
+          });
     });
   });
 }
