@@ -61,6 +61,16 @@ struct OpEvent {
   const std::vector<Tensor>* output_tensors = nullptr;
 };
 
+struct GemmDesc;
+
+// A matrix product about to run on the backend: every product of the engine (matmul, and the ops
+// built on it) goes through one call, so these are all of a step's GEMMs, in order.
+struct GemmEvent {
+  Site site;
+  const GemmDesc* desc = nullptr;  // valid only during the call
+  DType dtype = DType::f32;
+};
+
 struct StorageEvent {
   Site site;  // the op that allocated (or, for a free, the op running when it was freed)
   std::uint64_t storage_id = 0;
@@ -122,6 +132,8 @@ class Observer {
   // Before a rank enters a collective (a debugger may block here) and after it completed.
   virtual void on_collective_begin(const CollectiveEvent&) {}
   virtual void on_collective(const CollectiveEvent&) {}
+  // Before a matrix product runs (see GemmEvent).
+  virtual void on_gemm(const GemmEvent&) {}
 };
 
 }  // namespace shardscope

@@ -5,6 +5,10 @@
 //                              device, so a step's time is the device's too; the GFLOP/s counter
 //                              is the step's matrix products (GemmFlops: forward, and backward
 //                              twice that) over its time;
+//   BM_LayerGemms/s/b/h/a/g    the same step's matrix products alone (recorded from one step
+//                              through Observer::on_gemm, run again with the same descriptors,
+//                              backend and threads): BM_LayerStep / BM_LayerGemms is how far the
+//                              step is from its GEMM-only bound;
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
@@ -14,11 +18,12 @@
 //                              observers add, which other programs on the machine inflate less).
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
-//                                     [--shape=s,b,h,a[,g] ...] [--benchmark_...]
+//                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
 // --backend=cuda runs BM_LayerStep on cuda:0 (TF32 off unless SHARDSCOPE_TF32=1; exit 2 without a
 // device) and leaves BM_ObserverOverhead out; --model (apply_model's presets) and --dtype (f32,
-// f64, bf16, f16) set BM_LayerStep's layer; --shape (repeatable) replaces its shapes, g the
-// key/value heads (default a).
+// f64, bf16, f16) and --dropout (the three dropouts' p, default the model's) set BM_LayerStep's
+// and BM_LayerGemms' layer; --shape (repeatable) replaces their shapes, g the key/value heads
+// (default a).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -31,9 +36,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "autograd/backend.h"
 #include "autograd/flop_counter.h"
+#include "autograd/gemm.h"
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
@@ -57,14 +65,22 @@ LayerConfig config_of(const benchmark::State& state) {
 struct LayerChoice {
   std::string model = "gpt";
   DType dtype = DType::f32;
+  std::optional<double> dropout;  // the model's when not given
 };
 
-void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
+// The layer of BM_LayerStep and BM_LayerGemms for a shape (s, b, h, a, g).
+LayerConfig layer_config(const benchmark::State& state, const LayerChoice& choice) {
   LayerConfig c = config_of(state);
   apply_model(choice.model, c);
   c.kv_heads = state.range(4);
   c.dtype = choice.dtype;
+  if (choice.dropout) c.dropout = *choice.dropout;
   c.validate();
+  return c;
+}
+
+void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
+  const LayerConfig c = layer_config(state, choice);
   Context ctx(0, device);
   TransformerLayer layer(c, make_layer_weights(ctx, c));
   Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
@@ -78,6 +94,59 @@ void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
     loss.backward();
     benchmark::DoNotOptimize(loss.item());  // on the host: waits for the device's work
   }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+
+// Every GEMM of a step as the backend gets it (Observer::on_gemm).
+class GemmLog : public Observer {
+ public:
+  void on_gemm(const GemmEvent& e) override { calls.emplace_back(*e.desc, e.dtype); }
+  std::vector<std::pair<GemmDesc, DType>> calls;
+};
+
+// Elements an operand spans: `batch` entries `stride` apart, each rows x cols with leading dim ld.
+std::int64_t operand_elements(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                              std::int64_t batch, std::int64_t stride) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+// The step's GEMMs alone: one BM_LayerStep step is recorded (Observer::on_gemm), then each
+// iteration runs the same products, with the same descriptors, dtype, backend and threads, one
+// after the other on buffers as large as the largest operand (so the step's other work, and its
+// moving of data between products, are what is left out). step / this is how far the layer is
+// from its GEMM-only bound.
+void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
+  const LayerConfig c = layer_config(state, choice);
+  Context ctx(0, device);
+  GemmLog log;
+  GemmFlops flops;
+  {
+    TransformerLayer layer(c, make_layer_weights(ctx, c));
+    Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+    ObserverGuard record(ctx, log);
+    ObserverGuard count(ctx, flops);
+    sum(layer.forward(x)).backward();
+  }
+  std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
+  for (const auto& [d, dtype] : log.calls) {
+    most[0] = std::max(most[0], operand_elements(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k,
+                                                 d.lda, d.batch, d.stride_a));
+    most[1] = std::max(most[1], operand_elements(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n,
+                                                 d.ldb, d.batch, d.stride_b));
+    most[2] = std::max(most[2], operand_elements(d.m, d.n, d.ldc, d.batch, d.stride_c));
+  }
+  std::vector<Tensor> buffers;  // zeros: a GEMM's time does not depend on its values
+  for (std::int64_t n : most) buffers.push_back(Tensor::zeros(ctx, Shape{n}, c.dtype));
+  Backend& backend = ctx.backend();
+  for (auto _ : state) {
+    for (const auto& [d, dtype] : log.calls) {
+      backend.gemm(d, dtype, buffers[0].raw_data(), buffers[1].raw_data(), buffers[2].raw_data());
+    }
+    benchmark::DoNotOptimize(buffers[2].to_vector().front());  // waits for the device
+  }
+  state.counters["gemms"] = static_cast<double>(log.calls.size());
   state.counters["GFLOP/s"] =
       benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
                          benchmark::Counter::kIs1000);
@@ -190,6 +259,13 @@ BenchFlags take_flags(int& argc, char** argv) {
         throw std::invalid_argument(arg + ": expected f32, f64, bf16 or f16");
       }
       flags.layer.dtype = *dtype;
+    } else if (arg.rfind("--dropout=", 0) == 0) {
+      char* end = nullptr;
+      const double p = std::strtod(arg.c_str() + 10, &end);
+      if (arg.size() == 10 || *end != '\0' || !(p >= 0.0 && p < 1.0)) {
+        throw std::invalid_argument(arg + ": expected a probability in [0, 1)");
+      }
+      flags.layer.dropout = p;
     } else if (arg.rfind("--shape=", 0) == 0) {
       flags.shapes.push_back(parse_shape(arg.substr(8)));
     } else {
@@ -207,6 +283,10 @@ void register_benchmarks(const BenchFlags& flags) {
       benchmark::RegisterBenchmark("BM_LayerStep", BM_LayerStep, flags.device, flags.layer);
   for (const auto& shape : shapes) step->Args(shape);
   step->ArgNames({"s", "b", "h", "a", "g"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  auto* gemms =
+      benchmark::RegisterBenchmark("BM_LayerGemms", BM_LayerGemms, flags.device, flags.layer);
+  for (const auto& shape : shapes) gemms->Args(shape);
+  gemms->ArgNames({"s", "b", "h", "a", "g"})->Unit(benchmark::kMillisecond)->UseRealTime();
   if (flags.device.kind != DeviceKind::cpu) return;
   // Not the largest shape: its 267 events a step cost about 0.2 ms of a 2 s step, far below the
   // step-to-step spread of two steps in a row on a shared machine.

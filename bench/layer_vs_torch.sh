@@ -3,13 +3,15 @@
 # same layers, shapes, dtypes and thread count, in one run: for each round, model, dtype and shape
 # it runs bench/layer_bench (Google Benchmark) then bench/torch_layer.py back to back, and prints
 # the median time per step of each over every round, and their ratio (shardscope / PyTorch: below
-# 1, shardscope is faster). Without PyTorch (Debian: python3-torch) the PyTorch column says so.
+# 1, shardscope is faster); beside them the step's own GEMMs timed alone (BM_LayerGemms) and
+# step / gemm-only (how far the step is from its GEMM-only bound). Without PyTorch (Debian: python3-torch) the PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
 # THREADS sets OPENBLAS_NUM_THREADS for both (shardscope's CPU backend: its GEMMs and loops;
 # PyTorch's GEMMs go to the same OpenBLAS) and torch.set_num_threads. Environment: ROUNDS (3) and
 # REPS (3, steps per round and cell); MODELS ("gpt llama": apply_model's presets, llama with
 # g = ceil(a/4) key/value heads, the GQA of Llama 3 8B); DTYPES ("f32 bf16": PyTorch's own CPU
-# bfloat16 kernels as the peer of shardscope's bf16); SHAPES ("s,b,h,a ..."). OMP_WAIT_POLICY=
+# bfloat16 kernels as the peer of shardscope's bf16); DROPOUTS ("0.1 0": gpt's three dropouts;
+# llama has none); SHAPES ("s,b,h,a ..."). OMP_WAIT_POLICY=
 # passive keeps PyTorch's idle OpenMP threads from spinning: on a machine shared with other work,
 # spinning made its 2-thread steps several times slower.
 set -euo pipefail
@@ -23,6 +25,7 @@ rounds=${ROUNDS:-3}
 reps=${REPS:-3}
 models=${MODELS:-"gpt llama"}
 dtypes=${DTYPES:-"f32 bf16"}
+dropouts=${DROPOUTS:-"0.1 0"}
 shapes=${SHAPES:-"128,4,256,8 256,4,512,8 512,4,1024,16"}
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive
 
@@ -44,21 +47,26 @@ fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
   for model in $models; do
-    for dtype in $dtypes; do
-      for shape in $shapes; do
-        IFS=, read -r s b h a <<<"$shape"
-        g=$a
-        [ "$model" = llama ] && g=$(((a + 3) / 4))
-        cell="$model,$dtype,$s,$b,$h,$a,$g"
-        "$bench" --model="$model" --dtype="$dtype" --shape="$s,$b,$h,$a,$g" \
-          --benchmark_filter="^BM_LayerStep/" --benchmark_repetitions="$reps" \
-          --benchmark_format=json >"$out/shardscope-$round-$cell.json" 2>/dev/null
-        if [ -n "$torch_python" ]; then
-          times=$("$torch_python" bench/torch_layer.py --threads "$threads" --model "$model" \
-            --dtype "$dtype" --shape "$s,$b,$h,$a,$g" --repetitions "$reps" --per-step 2>/dev/null |
-            cut -d' ' -f2-)
-          echo "$cell $times" >>"$out/torch.txt"
-        fi
+    ps=$dropouts
+    [ "$model" = llama ] && ps=0  # Llama's layer has no dropout
+    for p in $ps; do
+      for dtype in $dtypes; do
+        for shape in $shapes; do
+          IFS=, read -r s b h a <<<"$shape"
+          g=$a
+          [ "$model" = llama ] && g=$(((a + 3) / 4))
+          cell="$model,$p,$dtype,$s,$b,$h,$a,$g"
+          "$bench" --model="$model" --dtype="$dtype" --dropout="$p" --shape="$s,$b,$h,$a,$g" \
+            --benchmark_filter="^BM_Layer(Step|Gemms)/" --benchmark_repetitions="$reps" \
+            --benchmark_format=json >"$out/shardscope-$round-$cell.json" 2>/dev/null
+          if [ -n "$torch_python" ]; then
+            times=$("$torch_python" bench/torch_layer.py --threads "$threads" --model "$model" \
+              --dtype "$dtype" --dropout "$p" --shape "$s,$b,$h,$a,$g" --repetitions "$reps" \
+              --per-step 2>/dev/null |
+              cut -d' ' -f2-)
+            echo "$cell $times" >>"$out/torch.txt"
+          fi
+        done
       done
     done
   done
@@ -67,28 +75,30 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" <<'EOF'
 import collections, glob, json, os, statistics, sys
 out = sys.argv[1]
-ours, torch = collections.defaultdict(list), collections.defaultdict(list)
+ours, gemms, torch = (collections.defaultdict(list) for _ in range(3))
 for path in glob.glob(f"{out}/shardscope-*.json"):
     cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
     for run in json.load(open(path))["benchmarks"]:
         if run.get("run_type") == "iteration":
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
-            ours[cell].append(run["real_time"] * scale)
+            into = gemms if run["name"].startswith("BM_LayerGemms/") else ours
+            into[cell].append(run["real_time"] * scale)
 if os.path.exists(f"{out}/torch.txt"):
     for line in open(f"{out}/torch.txt"):
         cell, *times = line.split()
         torch[cell] += [float(t) for t in times]
-print(f"{'model':<6} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
-      f"{'torch ms/step':>14} {'ratio':>6}  steps")
-order = lambda cell: (cell.split(",")[0], cell.split(",")[1], int(cell.split(",")[2]))
+# ratio: shardscope / PyTorch; gemm-only: the step's own GEMMs alone (BM_LayerGemms), and
+# step / gemm-only how far the step is from that bound.
+print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
+      f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10}  steps")
+order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
 for cell in sorted(ours, key=order):
-    model, dtype, shape = cell.split(",", 2)
+    model, p, dtype, shape = cell.split(",", 3)
     a = statistics.median(ours[cell])
-    if torch[cell]:
-        t = statistics.median(torch[cell])
-        print(f"{model:<6} {dtype:<5} {shape:<18} {a:>19.1f} {t:>14.1f} {a / t:>6.2f}  "
-              f"{len(ours[cell])} + {len(torch[cell])}")
-    else:
-        print(f"{model:<6} {dtype:<5} {shape:<18} {a:>19.1f} {'(no torch)':>14} {'':>6}  "
-              f"{len(ours[cell])}")
+    g = statistics.median(gemms[cell]) if gemms[cell] else None
+    t = statistics.median(torch[cell]) if torch[cell] else None
+    print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
+          f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
+          f"{'-' if g is None else f'{g:.1f}':>13} {'' if g is None else f'{a / g:.2f}':>10}  "
+          f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
 EOF

@@ -2,7 +2,11 @@
 #include <algorithm>
 #include <string>
 
+#include "autograd/backend.h"
+#include "autograd/context.h"
 #include "autograd/errors.h"
+#include "autograd/gemm.h"
+#include "autograd/observer.h"
 #include "autograd/ops.h"
 #include "autograd/ops/record.h"
 
@@ -62,7 +66,12 @@ void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
   if (shared_b) d.stride_b = 0;
-  c.ctx().backend().gemm(d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
+  Context& ctx = c.ctx();
+  if (ctx.observed()) {
+    const GemmEvent event{ctx.site(), &d, c.dtype()};
+    ctx.notify([&](Observer& o) { o.on_gemm(event); });
+  }
+  ctx.backend().gemm(d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
 }
 
 std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads,

@@ -1,0 +1,79 @@
+// Observer::on_gemm: every matrix product a step runs reaches the observers once, with the
+// descriptor the backend gets. Checked against GemmFlops, which counts the products from the ops'
+// shapes instead: a layer step's GEMMs (forward, and backward twice that) add up to three times
+// its forward FLOPs, for both presets. bench/layer_bench's BM_LayerGemms times these products
+// alone.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "autograd/flop_counter.h"
+#include "autograd/gemm.h"
+#include "autograd/observer.h"
+#include "autograd/ops.h"
+#include "parallel/layers/transformer_layer.h"
+
+namespace shardscope {
+namespace {
+
+class GemmLog : public Observer {
+ public:
+  void on_gemm(const GemmEvent& e) override {
+    descs.push_back(*e.desc);
+    dtypes.push_back(e.dtype);
+  }
+  double flops() const {
+    double total = 0;
+    for (const GemmDesc& d : descs) {
+      total += 2.0 * static_cast<double>(d.m * d.n * d.k * d.batch);
+    }
+    return total;
+  }
+  std::vector<GemmDesc> descs;
+  std::vector<DType> dtypes;
+};
+
+TEST(GemmEvent, AMatmulAndItsBackwardAreThreeProductsWithTheirShapes) {
+  Context ctx(0);
+  GemmLog log;
+  ObserverGuard attach(ctx, log);
+  Tensor a = Tensor::randn(ctx, Shape{2, 3, 4}, 1, 1.0, DType::f64).set_requires_grad(true);
+  Tensor b = Tensor::parameter(Tensor::randn(ctx, Shape{4, 5}, 2, 1.0, DType::f64), "b");
+  Tensor y = matmul(a, b);
+  ASSERT_EQ(log.descs.size(), 1u);
+  const GemmDesc& f = log.descs[0];
+  EXPECT_EQ(f.m, 6);  // a's leading dims fold into m when b is shared
+  EXPECT_EQ(f.n, 5);
+  EXPECT_EQ(f.k, 4);
+  EXPECT_EQ(f.batch, 1);
+  EXPECT_EQ(log.dtypes[0], DType::f64);
+  sum(y).backward();
+  ASSERT_EQ(log.descs.size(), 3u);  // dA = dY B^T and dB = A^T dY
+  EXPECT_EQ(log.flops(), 3 * 2.0 * 6 * 5 * 4);
+}
+
+TEST(GemmEvent, ALayerStepsProductsAreThreeTimesItsForwardFlops) {
+  for (const char* model : {"gpt", "llama"}) {
+    LayerConfig c;
+    c.seq = 12;
+    c.batch = 2;
+    c.hidden = 48;
+    c.heads = 4;
+    apply_model(model, c);
+    if (std::string(model) == "llama") c.kv_heads = 2;
+    c.validate();
+    Context ctx(0);
+    TransformerLayer layer(c, make_layer_weights(ctx, c));
+    const Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
+    GemmFlops counted;
+    GemmLog log;
+    ObserverGuard count(ctx, counted);
+    ObserverGuard attach(ctx, log);
+    sum(layer.forward(x)).backward();
+    ASSERT_GT(counted.forward(), 0.0) << model;
+    EXPECT_EQ(log.flops(), 3 * counted.forward()) << model;
+  }
+}
+
+}  // namespace
+}  // namespace shardscope
