@@ -651,9 +651,7 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     using C = kernels::compute_t<T>;
     const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
     if (last == 0) return;
-    // kernels::dropout_keep's test, uniform_from_bits(bits) = (bits >> 8) / 2^24 >= p, as
-    // (bits >> 8) >= ceil(p 2^24) on integers: the same test, since p 2^24 is exact in double.
-    const auto threshold = static_cast<std::uint32_t>(std::ceil(spec.p * 16777216.0));
+    const std::uint32_t threshold = kernels::dropout_keep_threshold(spec.p);
     auto rows = [&](std::int64_t first, std::int64_t end) {
       // kernels::dropout_keep, with each Philox call's four words used for the four elements
       // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,

@@ -459,11 +459,13 @@ void CudaBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tens
   std::int64_t origin = 0;  // the global index of the local tensor's first element
   for (std::size_t d = 0; d < spec.offset.size(); ++d) origin += spec.offset[d] * gstride[d];
   const k::IndexMap map = index_map(local.dims(), gstride, "dropout_forward");
+  const bool contiguous = map.rank == 1 && map.strides[0] == 1 && origin % 4 == 0;
   dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
     using T = decltype(tag);
-    k::dropout_forward<T><<<grid_for(n), kThreads, 0, stream_>>>(
-        x.data<T>(), mask.data<std::uint8_t>(), y.data<T>(), n, map, origin, spec.seed, spec.stream,
-        spec.step, spec.p, static_cast<T>(1.0 / (1.0 - spec.p)));
+    k::dropout_forward<T><<<grid_for(contiguous ? (n + 3) / 4 : n), kThreads, 0, stream_>>>(
+        x.data<T>(), mask.data<std::uint8_t>(), y.data<T>(), n, map, origin, contiguous, spec.seed,
+        spec.stream, spec.step, kernels::dropout_keep_threshold(spec.p),
+        static_cast<T>(1.0 / (1.0 - spec.p)));
   });
   SS_CUDA_CHECK_LAUNCH("dropout_forward");
 }

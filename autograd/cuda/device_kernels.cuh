@@ -149,16 +149,51 @@ __global__ void rope_forward(const T* x, T* y, std::int64_t n, kernels::RopeGeom
 }
 
 // local_to_global maps a local linear index to its offset from `origin` in the global tensor.
+// kernels::dropout_keep per element. One Philox call gives the words of the four global indices
+// 4c .. 4c + 3; where the local tensor is one contiguous run of the global one starting at a
+// multiple of 4 (`contiguous`), each warp takes tiles of 128 elements, lane L makes the call of
+// the tile's counter base / 4 + L, and every lane fetches its elements' words by shuffles, so
+// each call is made once, not once per element, and loads and stores stay coalesced.
 template <class T>
 __global__ void dropout_forward(const T* x, std::uint8_t* mask, T* y, std::int64_t n,
-                                IndexMap local_to_global, std::int64_t origin, std::uint64_t seed,
-                                std::uint32_t stream, std::uint32_t step, double p, T keep_scale) {
-  SS_GRID_STRIDE(i, n) {
-    const std::int64_t global = origin + mapped_index(i, local_to_global);
-    const bool keep =
-        kernels::dropout_keep(seed, stream, step, static_cast<std::uint64_t>(global), p);
-    mask[i] = keep ? 1 : 0;
-    y[i] = kernels::dropout_apply(x[i], keep, keep_scale);
+                                IndexMap local_to_global, std::int64_t origin, bool contiguous,
+                                std::uint64_t seed, std::uint32_t stream, std::uint32_t step,
+                                std::uint32_t threshold, T keep_scale) {
+  if (!contiguous) {
+    SS_GRID_STRIDE(i, n) {
+      const auto global = static_cast<std::uint64_t>(origin + mapped_index(i, local_to_global));
+      const bool keep =
+          kernels::dropout_keeps(kernels::philox_bits(seed, stream, step, global), threshold);
+      mask[i] = keep ? 1 : 0;
+      y[i] = kernels::dropout_apply(x[i], keep, keep_scale);
+    }
+    return;
+  }
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const std::int64_t warps = (std::int64_t(gridDim.x) * blockDim.x) / 32;
+  for (std::int64_t tile = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       tile * 128 < n; tile += warps) {  // warp-uniform bound: every lane reaches the shuffles
+    const std::int64_t base = tile * 128;
+    const auto counter = static_cast<std::uint64_t>((origin + base) / 4 + lane);
+    const kernels::Philox4 w =
+        kernels::philox4x32(static_cast<std::uint32_t>(counter),
+                            static_cast<std::uint32_t>(counter >> 32), stream, step, seed);
+    for (int k = 0; k < 4; ++k) {
+      // Element base + 32k + lane has counter (origin + base) / 4 + 8k + lane / 4, word lane % 4.
+      const int source = 8 * k + lane / 4;
+      std::uint32_t bits = 0;
+      for (int word = 0; word < 4; ++word) {
+        const std::uint32_t v = __shfl_sync(kAll, w.v[word], source);
+        if (word == (lane & 3)) bits = v;
+      }
+      const std::int64_t i = base + 32 * k + lane;
+      if (i < n) {
+        const bool keep = kernels::dropout_keeps(bits, threshold);
+        mask[i] = keep ? 1 : 0;
+        y[i] = kernels::dropout_apply(x[i], keep, keep_scale);
+      }
+    }
   }
 }
 

@@ -66,6 +66,17 @@ SS_HOST_DEVICE double uniform_from_bits(std::uint32_t bits) {
   return static_cast<double>(bits >> 8) * (1.0 / 16777216.0);
 }
 
+// kernels::dropout_keep's test, uniform_from_bits(bits) = (bits >> 8) / 2^24 >= p, on integers:
+// (bits >> 8) >= ceil(p 2^24), the same test since p 2^24 is exact in double.
+inline std::uint32_t dropout_keep_threshold(double p) {
+  const double scaled = p * 16777216.0;
+  auto t = static_cast<std::uint32_t>(scaled);
+  return static_cast<double>(t) < scaled ? t + 1 : t;
+}
+SS_HOST_DEVICE bool dropout_keeps(std::uint32_t bits, std::uint32_t threshold) {
+  return (bits >> 8) >= threshold;
+}
+
 // Dropout keeps an element when its uniform draw is >= p.
 SS_HOST_DEVICE bool dropout_keep(std::uint64_t seed, std::uint32_t stream, std::uint32_t step,
                                  std::uint64_t index, double p) {
