@@ -148,6 +148,27 @@ TEST_P(CudaVsCpu, DropoutDrawsTheSameMaskAtAShardOffset) {
       "dropout");
 }
 
+// A local tensor that is one contiguous run of the global one: the kernel's warp-tile path when
+// the run starts at a multiple of 4 (rows 4.. of 9: origin 308), with a tail of 385 - 384
+// elements past its last full tile of 128; the per-element path when it does not (rows 3..).
+TEST_P(CudaVsCpu, DropoutDrawsTheSameMaskOverAContiguousShard) {
+  for (std::int64_t first_row : {4, 3}) {
+    compare(
+        [first_row](Context& ctx, DType dt) {
+          const Tensor x = leaf(ctx, {5, 7, 11}, 1, dt);
+          DropoutSpec spec;
+          spec.p = 0.4;
+          spec.seed = 11;
+          spec.stream = dropout_stream(1, 0);
+          spec.step = 2;
+          spec.global_shape = Shape{9, 7, 11};
+          spec.offset = {first_row, 0, 0};
+          return with_grads(ctx, dropout(x, spec), {x});
+        },
+        "dropout rows " + std::to_string(first_row) + "..");
+  }
+}
+
 TEST_P(CudaVsCpu, LayerNormForwardAndBackward) {
   for (std::int64_t h : {1, 7, 300, 1000}) {
     compare(
