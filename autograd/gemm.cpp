@@ -24,6 +24,26 @@ GemmDesc GemmDesc::packed(std::int64_t m, std::int64_t n, std::int64_t k, bool t
   return d;
 }
 
+namespace {
+std::int64_t operand_elements(std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                              std::int64_t batch, std::int64_t stride) {
+  if (rows == 0 || cols == 0 || batch == 0) return 0;
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+}  // namespace
+
+std::int64_t GemmDesc::elements_a() const {
+  return trans_a ? operand_elements(k, m, lda, batch, stride_a)
+                 : operand_elements(m, k, lda, batch, stride_a);
+}
+std::int64_t GemmDesc::elements_b() const {
+  return trans_b ? operand_elements(n, k, ldb, batch, stride_b)
+                 : operand_elements(k, n, ldb, batch, stride_b);
+}
+std::int64_t GemmDesc::elements_c() const {
+  return operand_elements(m, n, ldc, batch, stride_c);
+}
+
 std::string GemmDesc::str() const {
   return std::string("gemm(") + (trans_a ? "T" : "N") + (trans_b ? "T" : "N") +
          ", m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +

@@ -26,6 +26,11 @@ struct GemmDesc {
                          bool trans_b = false);
   // Throws ArgumentError naming the field when a size or leading dimension is impossible.
   void validate() const;
+  // How many elements from its start each operand spans: `batch` entries `stride` apart, each
+  // rows x cols as stored (transposed or not) with its leading dimension; 0 when it is empty.
+  std::int64_t elements_a() const;
+  std::int64_t elements_b() const;
+  std::int64_t elements_c() const;
   std::string str() const;
 };
 

@@ -106,12 +106,6 @@ class GemmLog : public Observer {
   std::vector<std::pair<GemmDesc, DType>> calls;
 };
 
-// Elements an operand spans: `batch` entries `stride` apart, each rows x cols with leading dim ld.
-std::int64_t operand_elements(std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                              std::int64_t batch, std::int64_t stride) {
-  return (batch - 1) * stride + (rows - 1) * ld + cols;
-}
-
 // The step's GEMMs alone: one BM_LayerStep step is recorded (Observer::on_gemm), then each
 // iteration runs the same products, with the same descriptors, dtype, backend and threads, one
 // after the other on buffers as large as the largest operand (so the step's other work, and its
@@ -131,11 +125,9 @@ void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
   }
   std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
   for (const auto& [d, dtype] : log.calls) {
-    most[0] = std::max(most[0], operand_elements(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k,
-                                                 d.lda, d.batch, d.stride_a));
-    most[1] = std::max(most[1], operand_elements(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n,
-                                                 d.ldb, d.batch, d.stride_b));
-    most[2] = std::max(most[2], operand_elements(d.m, d.n, d.ldc, d.batch, d.stride_c));
+    most[0] = std::max(most[0], d.elements_a());
+    most[1] = std::max(most[1], d.elements_b());
+    most[2] = std::max(most[2], d.elements_c());
   }
   std::vector<Tensor> buffers;  // zeros: a GEMM's time does not depend on its values
   for (std::int64_t n : most) buffers.push_back(Tensor::zeros(ctx, Shape{n}, c.dtype));

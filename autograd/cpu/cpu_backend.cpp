@@ -178,18 +178,6 @@ void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
-namespace {
-
-// How many elements from its start a GEMM operand spans: `batch` entries `stride` apart, each
-// rows x cols with leading dim ld (the rows as stored, transposed or not).
-std::int64_t operand_extent(std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                            std::int64_t batch, std::int64_t stride) {
-  if (rows == 0 || cols == 0 || batch == 0) return 0;
-  return (batch - 1) * stride + (rows - 1) * ld + cols;
-}
-
-}  // namespace
-
 // bf16 / f16: the operands (and C when beta reads it) widened to f32 buffers of the same layout,
 // the f32 product (sgemm: f32 multiply-adds and accumulation, as a GPU's tensor cores do for 2-byte
 // inputs), then each element of C rounded to T once. The f32 buffers are host temporaries, like
@@ -204,13 +192,9 @@ void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* 
     });
     return out;
   };
-  const std::vector<float> fa =
-      widen(a, d.trans_a ? operand_extent(d.k, d.m, d.lda, d.batch, d.stride_a)
-                         : operand_extent(d.m, d.k, d.lda, d.batch, d.stride_a));
-  const std::vector<float> fb =
-      widen(b, d.trans_b ? operand_extent(d.n, d.k, d.ldb, d.batch, d.stride_b)
-                         : operand_extent(d.k, d.n, d.ldb, d.batch, d.stride_b));
-  const std::int64_t nc = operand_extent(d.m, d.n, d.ldc, d.batch, d.stride_c);
+  const std::vector<float> fa = widen(a, d.elements_a());
+  const std::vector<float> fb = widen(b, d.elements_b());
+  const std::int64_t nc = d.elements_c();
   std::vector<float> fc =
       d.beta == 0.0 ? std::vector<float>(static_cast<std::size_t>(nc)) : widen(c, nc);
   gemm(d, DType::f32, fa.data(), fb.data(), fc.data());

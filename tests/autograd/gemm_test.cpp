@@ -79,6 +79,24 @@ TEST(GemmDesc, PackedSetsDenseLeadingDimsAndStrides) {
   }
 }
 
+// A [k=4, m=3] stored transposed with lda 5, batch 2 stride 30; B [k=4, n=6] with ldb 8 and a
+// shared (stride 0) operand; C [3, 6] with ldc 7, stride 21.
+TEST(GemmDesc, ElementsSpannedByEachOperand) {
+  GemmDesc d;
+  d.trans_a = true;
+  d.m = 3, d.n = 6, d.k = 4;
+  d.lda = 5, d.ldb = 8, d.ldc = 7;
+  d.batch = 2, d.stride_a = 30, d.stride_b = 0, d.stride_c = 21;
+  EXPECT_EQ(d.elements_a(), 30 + 3 * 5 + 3);  // last entry's last row (k - 1) plus m columns
+  EXPECT_EQ(d.elements_b(), 0 + 3 * 8 + 6);
+  EXPECT_EQ(d.elements_c(), 21 + 2 * 7 + 6);
+  d.trans_b = true, d.ldb = 4;  // B stored [n=6, k=4]
+  EXPECT_EQ(d.elements_b(), 5 * 4 + 4);
+  d.k = 0;
+  EXPECT_EQ(d.elements_a(), 0);
+  EXPECT_EQ(d.elements_c(), 21 + 2 * 7 + 6);
+}
+
 TEST(GemmDesc, ColumnMajorSwapsOperandsAndSizes) {
   GemmDesc d;
   d.trans_a = true;
