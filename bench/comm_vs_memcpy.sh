@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# ThreadComm bus bandwidth beside memcpy on this machine, in one run of bench/comm_bench: for each
-# size, memcpy by one thread and by two at once ("2x memcpy": two threads copying their own
-# buffers together), then all_reduce, all_gather, reduce_scatter and all_to_all at 2, 4 and 8
-# ranks; each the median of 3 repetitions. Prints one table with busbw / memcpy (one thread) per
-# row. Definitions: bench/comm_bench.cpp.
+# ThreadComm against the bound that shared memory puts on it, in one run of bench/comm_bench. For
+# each size: memcpy by one thread, and two threads copying their own buffers at once with memcpy
+# and with streaming stores; then all_reduce, all_gather, reduce_scatter and all_to_all at 2, 4
+# and 8 ranks, each beside its bound: the bytes its ranks read and write (thread_comm_traffic,
+# parallel/comm/thread_comm.h) at the two threads' copy rate C measured right after it, a copied
+# byte being one read and one write (bound = traffic / 2C). Each the median of 3 repetitions.
+# BM_CollectivePlain rows ("all_gather plain") are the same collectives with plain stores only.
+# Prints the copy rates, then busbw, the bound and bound / time per collective. Definitions:
+# bench/comm_bench.cpp; the derivation: docs/benchmarks.md.
 #   bash bench/comm_vs_memcpy.sh [BUILD_DIR [COMM_BENCH_ARGS...]]   (BUILD_DIR: build/default)
-# e.g. --benchmark_filter='Memcpy|ranks:2' for two ranks only (keep Memcpy in a filter: the ratio
-# needs it). Ranks are threads: with more ranks than cores they take turns, and the table says so.
+# e.g. --benchmark_filter='Memcpy|Copy|Collective/.*ranks:2' for two ranks only, with streaming
+# stores as ThreadComm uses them (each bound is measured beside its collective; Memcpy|Copy adds
+# the table of copy rates). Ranks are threads: with more ranks than cores they take turns, and
+# the table says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/default}
@@ -26,11 +32,6 @@ import json, re, sys
 path, cores = sys.argv[1], int(sys.argv[2])
 gib = 1024.0**3
 runs = [r for r in json.load(open(path))["benchmarks"] if r.get("aggregate_name") == "median"]
-memcpy, memcpy2 = {}, {}
-for run in runs:
-    m = re.match(r"BM_Memcpy(TwoThreads)?/bytes:(\d+)", run["run_name"])
-    if m:
-        (memcpy2 if m.group(1) else memcpy)[int(m.group(2))] = run["bw"] / gib
 
 def human(n):
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -38,18 +39,31 @@ def human(n):
             return f"{n // scale} {unit}"
     return f"{n} B"
 
-print(f"{'collective':<15}{'ranks':>6}{'bytes':>10}{'time us':>11}{'algbw GiB/s':>13}"
-      f"{'busbw GiB/s':>13}{'memcpy GiB/s':>14}{'busbw/memcpy':>14}{'2x memcpy GiB/s':>17}")
+copies = {}  # size -> {benchmark: GiB/s}
 for run in runs:
-    m = re.match(r"BM_Collective/(\w+)/ranks:(\d+)/bytes:(\d+)", run["run_name"])
+    m = re.match(r"BM_(Memcpy|MemcpyTwoThreads|StreamCopyTwoThreads)/bytes:(\d+)", run["run_name"])
+    if m:
+        copies.setdefault(int(m.group(2)), {})[m.group(1)] = run["bw"] / gib
+if copies:
+    print("copy rates, GiB/s copied (two threads: both together)")
+    print(f"{'bytes':>10}{'memcpy':>10}{'2x memcpy':>12}{'2x streaming':>15}")
+    for size in sorted(copies):
+        c = copies[size]
+        print(f"{human(size):>10}" + "".join(f"{c.get(k, float('nan')):>{w}.2f}" for k, w in
+              (("Memcpy", 10), ("MemcpyTwoThreads", 12), ("StreamCopyTwoThreads", 15))))
+    print()
+print(f"{'collective':<21}{'ranks':>6}{'bytes':>10}{'time us':>11}{'busbw GiB/s':>13}"
+      f"{'bound us':>11}{'of bound':>10}")
+for run in runs:
+    m = re.match(r"BM_Collective(Plain)?/(\w+)/ranks:(\d+)/bytes:(\d+)", run["run_name"])
     if not m:
         continue
-    kind, ranks, size = m.group(1), int(m.group(2)), int(m.group(3))
+    kind, ranks, size = m.group(2) + (" plain" if m.group(1) else ""), int(m.group(3)), int(m.group(4))
     note = "  (more ranks than cores)" if ranks > cores else ""
     if "busbw" not in run:
-        print(f"{kind:<15}{ranks:>6}{human(size):>10}  error: {run.get('error_message', '?')}")
+        print(f"{kind:<21}{ranks:>6}{human(size):>10}  error: {run.get('error_message', '?')}")
         continue
-    bus, ref = run["busbw"] / gib, memcpy.get(size, float("nan"))
-    print(f"{kind:<15}{ranks:>6}{human(size):>10}{run['real_time']:>11.1f}{run['algbw'] / gib:>13.2f}"
-          f"{bus:>13.2f}{ref:>14.2f}{bus / ref:>14.2f}{memcpy2.get(size, float('nan')):>17.2f}{note}")
+    bound = run["bound_us"]
+    print(f"{kind:<21}{ranks:>6}{human(size):>10}{run['real_time']:>11.1f}{run['busbw'] / gib:>13.2f}"
+          f"{bound:>11.1f}{bound / run['real_time']:>10.2f}{note}")
 EOF

@@ -50,7 +50,9 @@ double median(std::vector<double> v) {
 double time_all_reduce(int ranks, std::int64_t bytes, DeviceKind backend, bool staged, int reps) {
   SpmdOptions options;
   options.timeout = std::chrono::minutes(5);
-  std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(ranks, {options.timeout});
+  ThreadCommOptions comm_options;
+  comm_options.timeout = options.timeout;
+  std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(ranks, comm_options);
   if (staged) {
     for (auto& comm : comms) comm = make_host_staging_comm(std::move(comm));
   }

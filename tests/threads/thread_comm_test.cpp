@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -22,11 +23,18 @@
 #include "autograd/tensor.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/comm/spmd.h"
+#include "parallel/comm/stream_copy.h"
 
 namespace shardscope {
 namespace {
 
 using namespace std::chrono_literals;
+
+ThreadCommOptions long_timeout() {
+  ThreadCommOptions options;
+  options.timeout = std::chrono::milliseconds(5000);
+  return options;
+}
 
 // Short enough that a bug fails the test instead of hanging it; a correct run never waits long.
 SpmdOptions bounded() {
@@ -516,7 +524,7 @@ void check_large_reductions(int t) {
     std::vector<T> send_after;
   };
   std::vector<Got> got(static_cast<std::size_t>(t));
-  auto comms = make_thread_comms(t, ThreadCommOptions{std::chrono::milliseconds(5000)});
+  auto comms = make_thread_comms(t, long_timeout());
   std::vector<std::thread> ranks;
   for (int r = 0; r < t; ++r) {
     ranks.emplace_back([&, r] {
@@ -572,6 +580,134 @@ INSTANTIATE_TEST_SUITE_P(GroupSizesAndDTypes, LargeReductions,
                            return "t" + std::to_string(std::get<0>(param_info.param)) + "_" +
                                   dtype_name(std::get<1>(param_info.param));
                          });
+
+// ---- traffic and streamed copies -------------------------------------------------------------
+
+// Every kind, small and large (a split all_reduce of uneven chunks; outputs past
+// kStreamOutputBytes, copied with streaming stores), in place and not, for 1 to 4 ranks: the bytes
+// each rank reports moving equal thread_comm_traffic's formula.
+TEST(ThreadCommTraffic, EachRankMovesTheBytesOfTheModel) {
+  struct Case {
+    CollectiveKind kind;
+    std::int64_t count_per_rank;  // count = this x t (+1 for an all_reduce: uneven chunks)
+  };
+  const Case cases[] = {{CollectiveKind::all_reduce, 6},     {CollectiveKind::all_reduce, 9000},
+                        {CollectiveKind::reduce_scatter, 5}, {CollectiveKind::reduce_scatter, 9000},
+                        {CollectiveKind::all_gather, 7},     {CollectiveKind::all_to_all, 3},
+                        {CollectiveKind::broadcast, 11},     {CollectiveKind::barrier, 0}};
+  for (int t = 1; t <= 4; ++t) {
+    for (const Case& k : cases) {
+      for (bool in_place : {false, true}) {
+        if (in_place &&
+            (k.kind == CollectiveKind::all_gather || k.kind == CollectiveKind::reduce_scatter ||
+             k.kind == CollectiveKind::barrier))
+          continue;  // outputs of another size than the input
+        CollectiveCall call;
+        call.kind = k.kind;
+        call.dtype = DType::f32;
+        call.count = k.count_per_rank * (k.kind == CollectiveKind::all_gather ? 1 : t) +
+                     (k.kind == CollectiveKind::all_reduce ? 1 : 0);
+        call.root = t - 1;
+        std::mutex mutex;
+        std::map<int, CommTraffic> seen;
+        ThreadCommOptions options;
+        options.timeout = 2000ms;
+        options.on_traffic = [&](int rank, const CommTraffic& traffic) {
+          std::lock_guard<std::mutex> lock(mutex);
+          seen[rank] = traffic;
+        };
+        auto comms = make_thread_comms(t, options);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < t; ++r) {
+          threads.emplace_back([&, r] {
+            std::vector<float> send(static_cast<std::size_t>(std::max<std::int64_t>(call.count, 1)),
+                                    1.0f);
+            std::vector<float> recv(
+                static_cast<std::size_t>(std::max<std::int64_t>(recv_elements(call, t), 1)));
+            comms[static_cast<std::size_t>(r)]->run(call, send.data(),
+                                                    in_place ? send.data() : recv.data());
+          });
+        }
+        for (std::thread& th : threads) th.join();
+        ASSERT_EQ(seen.size(), static_cast<std::size_t>(t));
+        for (int r = 0; r < t; ++r) {
+          const CommTraffic want = thread_comm_traffic(call, t, r, in_place);
+          SCOPED_TRACE(call.str() + " rank " + std::to_string(r) + " of " + std::to_string(t) +
+                       (in_place ? ", in place" : ""));
+          EXPECT_EQ(seen[r].read, want.read);
+          EXPECT_EQ(seen[r].written, want.written);
+        }
+      }
+    }
+  }
+}
+
+// The large outputs that ThreadComm writes with streaming stores hold the same bytes as plain
+// stores would: every kind past kStreamOutputBytes (a split all_reduce's summed blocks too), into
+// outputs that start 4 bytes past a cache line and end mid-line (stream_copy's plain head and
+// tail).
+TEST(ThreadCommTraffic, StreamedCopiesDeliverEveryByte) {
+  const int t = 2;
+  const std::int64_t out_count =
+      static_cast<std::int64_t>(kStreamOutputBytes / sizeof(float)) + 2 * 7;
+  const CollectiveKind kinds[] = {CollectiveKind::all_gather, CollectiveKind::all_to_all,
+                                  CollectiveKind::broadcast, CollectiveKind::all_reduce,
+                                  CollectiveKind::reduce_scatter};
+  for (CollectiveKind kind : kinds) {
+    CollectiveCall call;
+    call.kind = kind;
+    call.dtype = DType::f32;
+    call.count = kind == CollectiveKind::all_gather       ? out_count / t
+                 : kind == CollectiveKind::reduce_scatter ? out_count * t
+                                                          : out_count;
+    call.root = 1;
+    auto comms = make_thread_comms(t, long_timeout());
+    std::vector<std::vector<float>> send(t), recv(t);
+    for (int r = 0; r < t; ++r) {
+      send[r].resize(static_cast<std::size_t>(call.count));
+      for (std::int64_t i = 0; i < call.count; ++i)
+        send[r][static_cast<std::size_t>(i)] = static_cast<float>(r * 1000003 + i % 999983);
+      recv[r].assign(static_cast<std::size_t>(out_count + 16), -1.0f);
+    }
+    std::vector<std::thread> threads;
+    for (int r = 0; r < t; ++r) {
+      threads.emplace_back([&, r] {
+        float* out = recv[r].data() + 1;  // 4 bytes past the vector's (16-byte aligned) start
+        comms[static_cast<std::size_t>(r)]->run(call, send[r].data(), out);
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int r = 0; r < t; ++r) {
+      std::vector<float> want(static_cast<std::size_t>(out_count));
+      for (std::int64_t i = 0; i < out_count; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        const std::int64_t chunk = out_count / t;
+        switch (kind) {
+          case CollectiveKind::all_gather:
+            want[u] = send[i / call.count][static_cast<std::size_t>(i % call.count)];
+            break;
+          case CollectiveKind::all_to_all:
+            want[u] = send[i / chunk][static_cast<std::size_t>(r * chunk + i % chunk)];
+            break;
+          case CollectiveKind::all_reduce:  // small integers: the f32 sums are exact
+            want[u] = send[0][u] + send[1][u];
+            break;
+          case CollectiveKind::reduce_scatter: {
+            const auto from = static_cast<std::size_t>(r * out_count + i);
+            want[u] = send[0][from] + send[1][from];
+            break;
+          }
+          default:
+            want[u] = send[1][u];
+        }
+      }
+      const std::vector<float> got(recv[r].begin() + 1, recv[r].begin() + 1 + out_count);
+      EXPECT_TRUE(got == want) << collective_name(kind) << ", rank " << r;
+      EXPECT_EQ(recv[r][0], -1.0f) << "wrote before the output";
+      EXPECT_EQ(recv[r][static_cast<std::size_t>(out_count + 1)], -1.0f) << "wrote past the output";
+    }
+  }
+}
 
 }  // namespace
 }  // namespace shardscope
