@@ -116,7 +116,7 @@ void RunFlags::add_to(CLI::App& run, bool outputs) {
   run.add_option("--trace", o.trace_path,
                  "write a Chrome trace (Perfetto, chrome://tracing) of the run to this file");
   run.add_option("--trace-events", o.trace_events,
-                 "the most events --trace keeps (about 300 bytes each in memory); later ones are "
+                 "the most events --trace keeps (100 to 300 bytes each in memory); later ones are "
                  "dropped, counted in the file and named on stderr")
       ->capture_default_str();
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,34 @@ inline int rank_of_pid(int pid) {
   return pid - 1;
 }
 
+// The shapes of an op slice's inputs or outputs as text ("[2, 3, 4]"), read like a
+// std::vector<std::string>. Shared: a recorder keeps one copy per distinct list (every step
+// repeats the last one's shapes), so recording a slice allocates nothing for them. A small heap
+// block per slice that stayed alive among the step's tensors cost a run at s=64 about 1% of its
+// step (docs/benchmarks.md, Observer overhead).
+class ShapeStrings {
+ public:
+  ShapeStrings() = default;
+  ShapeStrings(std::vector<std::string> strings)  // NOLINT: implicit, as a vector would be
+      : strings_(std::make_shared<const std::vector<std::string>>(std::move(strings))) {}
+  const std::vector<std::string>& strings() const { return strings_ ? *strings_ : empty_list(); }
+  operator const std::vector<std::string>&() const { return strings(); }  // NOLINT
+  bool empty() const { return strings().empty(); }
+  std::size_t size() const { return strings().size(); }
+  const std::string& operator[](std::size_t i) const { return strings()[i]; }
+  const std::string& at(std::size_t i) const { return strings().at(i); }
+  std::vector<std::string>::const_iterator begin() const { return strings().begin(); }
+  std::vector<std::string>::const_iterator end() const { return strings().end(); }
+  bool operator==(const ShapeStrings& other) const { return strings() == other.strings(); }
+
+ private:
+  static const std::vector<std::string>& empty_list() {
+    static const std::vector<std::string> none;
+    return none;
+  }
+  std::shared_ptr<const std::vector<std::string>> strings_;
+};
+
 struct TraceEvent {
   TraceEventKind kind = TraceEventKind::op;
   int rank = 0;
@@ -51,10 +80,10 @@ struct TraceEvent {
 
   // Op slices.
   std::string placement;  // op and collective: the parallel op's "Shard(0) -> Replicate", or ""
-  std::vector<std::string> inputs;   // input shapes, "[2, 3, 4]" (backward: incoming grads)
-  std::vector<std::string> outputs;  // output shapes (backward: outgoing grads); empty if it threw
-  std::uint64_t alloc_bytes = 0;     // bytes allocated while the slice was open, nested included
-  std::uint64_t saved_bytes = 0;     // bytes this forward op saved for backward (not parameters)
+  ShapeStrings inputs;    // input shapes, "[2, 3, 4]" (backward: incoming grads)
+  ShapeStrings outputs;   // output shapes (backward: outgoing grads); empty if it threw
+  std::uint64_t alloc_bytes = 0;        // bytes allocated while the slice was open, nested included
+  std::uint64_t saved_bytes = 0;        // bytes this forward op saved for backward (not parameters)
   std::uint64_t saved_extra_bytes = 0;  // of saved_bytes, the extras (LayerNorm mean and rstd)
   std::uint64_t released_bytes = 0;     // bytes of saved tensors this backward node released
 

@@ -3,10 +3,40 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 
-#include "io/trace_writer.h"
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace shardscope {
+namespace {
+
+// A hash of a shape list's dims (FNV-1a over the dims and each shape's rank), for the recorder's
+// cache of shape text: cheaper than ordering lists element by element in a map.
+struct ShapesHash {
+  std::size_t operator()(const std::vector<Shape>& shapes) const {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (const Shape& s : shapes) {
+      mix(s.dims().size());
+      for (std::int64_t d : s.dims()) mix(static_cast<std::uint64_t>(d));
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+}  // namespace
+
+// A memory counter as the recorder keeps it (TraceRecorder::event_at_locked builds the event).
+struct TraceRecorder::Counter {
+  int rank = 0;
+  int layer = -1;
+  std::int64_t step = 0;
+  double ts_us = 0;
+  Phase phase = Phase::forward;
+  std::array<std::uint64_t, kMemoryCategoryCount> memory{};
+};
 
 // A forward op or backward node that has begun and not yet ended on one rank.
 struct TraceRecorder::OpenSlice {
@@ -15,7 +45,7 @@ struct TraceRecorder::OpenSlice {
   std::string op, scope;
   Clock::time_point begin;
   std::string placement;
-  std::vector<std::string> inputs;
+  ShapeStrings inputs;
   std::uint64_t alloc_bytes = 0;
   std::uint64_t saved_bytes = 0;
   std::uint64_t saved_extra_bytes = 0;
@@ -34,37 +64,67 @@ struct TraceRecorder::RankState {
   std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
   MemoryLedger ledger;
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
+  std::unordered_map<std::vector<Shape>, ShapeStrings, ShapesHash> shape_text;  // each list's, once
+
+  // `shapes` as text, shared with every earlier slice of the same shapes.
+  ShapeStrings shape_strings(const std::vector<Shape>* shapes) {
+    if (shapes == nullptr || shapes->empty()) return {};
+    auto it = shape_text.find(*shapes);
+    if (it == shape_text.end()) {
+      std::vector<std::string> text;
+      text.reserve(shapes->size());
+      for (const Shape& s : *shapes) text.push_back(s.str());
+      it = shape_text.emplace(*shapes, ShapeStrings(std::move(text))).first;
+    }
+    return it->second;
+  }
 };
 
 namespace {
 
-std::vector<std::string> shape_strings(const std::vector<Shape>* shapes) {
-  std::vector<std::string> out;
-  if (shapes == nullptr) return out;
-  out.reserve(shapes->size());
-  for (const Shape& s : *shapes) out.push_back(s.str());
-  return out;
+// Asks the kernel to back [data, data + bytes) with 2 MiB pages where it can (Linux with
+// transparent huge pages in "madvise" mode, as Debian ships it): the events fill the vector's
+// pages one by one, and a fault per 4 KiB page (some 13 events) cost more than recording them.
+void advise_huge_pages(void* data, std::size_t bytes) {
+#if defined(__linux__)
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) / kHuge * kHuge;
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / kHuge * kHuge;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
 }
 
-// Events are kept in one vector, which the writer reads in place. Doubling it from empty moved
-// every kept event again at each growth, into memory the kernel maps page by page: a large part
-// of the cost of recording an event. It starts at kFirstEvents (address space only: pages are
-// mapped as events fill them) and then grows fourfold.
+// Kept events live in vectors that start at kFirstEvents (address space only: pages are mapped
+// as events fill them) and grow fourfold. Doubling from empty moved every kept event again at
+// each growth, into memory the kernel maps page by page: a large part of the cost of recording.
 constexpr std::size_t kFirstEvents = std::size_t{1} << 16;
+constexpr std::size_t kCounterBit = std::size_t{1} << (8 * sizeof(std::size_t) - 1);
 
-// A new event at the end of `events`, built in place (a TraceEvent is some 300 bytes of strings
-// and vectors: constructing it elsewhere and moving it in cost as much again); null, and one
-// more dropped (the first one's `step` kept in `first_dropped_step`), once `most` are kept.
-TraceEvent* add_event(std::vector<TraceEvent>& events, std::size_t most, std::size_t& dropped,
-                      std::int64_t step, std::int64_t& first_dropped_step) {
-  if (events.size() >= most) {
-    if (dropped++ == 0) first_dropped_step = step;
-    return nullptr;
+// A new element at the end of `kept`, built in place (a TraceEvent is some 300 bytes of strings
+// and vectors: constructing it elsewhere and moving it in cost as much again).
+template <class T>
+T* append(std::vector<T>& kept, std::size_t most) {
+  if (kept.size() == kept.capacity()) {
+    kept.reserve(std::min(most, std::max(kFirstEvents, 4 * kept.capacity())));
+    advise_huge_pages(kept.data(), kept.capacity() * sizeof(T));
   }
-  if (events.size() == events.capacity()) {
-    events.reserve(std::min(most, std::max(kFirstEvents, 4 * events.capacity())));
-  }
-  return &events.emplace_back();
+  return &kept.emplace_back();
+}
+
+// An event of no duration (a step mark, a memory counter) with its place in the run.
+TraceEvent instant(TraceEventKind kind, int rank, std::int64_t step, Phase phase, int layer,
+                   double ts_us) {
+  TraceEvent e;
+  e.kind = kind;
+  e.rank = rank;
+  e.step = step;
+  e.phase = phase;
+  e.layer = layer;
+  e.ts_us = ts_us;
+  return e;
 }
 
 double unix_micros_now() {
@@ -102,14 +162,8 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
   }
   RankState& state = *slot;
   if (!state.has_step || state.step != site.step) {
-    TraceEvent mark;
-    mark.kind = TraceEventKind::step;
-    mark.rank = site.rank;
-    mark.step = site.step;
-    mark.phase = site.phase;
-    mark.layer = site.layer;
-    mark.ts_us = micros_since_start(now);
-    keep(std::move(mark));
+    keep(instant(TraceEventKind::step, site.rank, site.step, site.phase, site.layer,
+                 micros_since_start(now)));
     state.has_step = true;
     state.step = site.step;
   }
@@ -118,8 +172,57 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
 }
 
 void TraceRecorder::keep(TraceEvent event) {
-  TraceEvent* slot = add_event(events_, max_events_, dropped_, event.step, first_dropped_step_);
+  TraceEvent* slot = add_full(event.step);
   if (slot) *slot = std::move(event);
+}
+
+// False, and one more dropped (the first one's `step` kept in first_dropped_step_), once
+// max_events_ are kept.
+bool TraceRecorder::make_room(std::int64_t step) {
+  if (order_.size() >= max_events_) {
+    if (dropped_++ == 0) first_dropped_step_ = step;
+    return false;
+  }
+  if (order_.size() == order_.capacity()) {
+    order_.reserve(std::min(max_events_, std::max(kFirstEvents, 4 * order_.capacity())));
+  }
+  return true;
+}
+
+TraceEvent* TraceRecorder::add_full(std::int64_t step) {
+  if (!make_room(step)) return nullptr;
+  order_.push_back(full_.size());
+  return append(full_, max_events_);
+}
+
+TraceRecorder::Counter* TraceRecorder::add_counter(std::int64_t step) {
+  if (!make_room(step)) return nullptr;
+  order_.push_back(counters_.size() | kCounterBit);
+  return append(counters_, max_events_);
+}
+
+TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
+  const std::size_t entry = order_[i];
+  if (!(entry & kCounterBit)) return full_[entry];
+  const Counter& c = counters_[entry & ~kCounterBit];
+  TraceEvent e = instant(TraceEventKind::memory, c.rank, c.step, c.phase, c.layer, c.ts_us);
+  e.memory = c.memory;
+  return e;
+}
+
+TraceEventSource TraceRecorder::source_locked() const {
+  TraceEventSource source;
+  source.count = order_.size();
+  source.key = [this](std::size_t i) {
+    const std::size_t entry = order_[i];
+    if (entry & kCounterBit) {
+      return TraceOrderKey{counters_[entry & ~kCounterBit].ts_us, 0.0, TraceEventKind::memory};
+    }
+    const TraceEvent& e = full_[entry];
+    return TraceOrderKey{e.ts_us, e.dur_us, e.kind};
+  };
+  source.event = [this](std::size_t i) { return event_at_locked(i); };
+  return source;
 }
 
 // After the ledger saw a change: a counter event when the rank's live bytes changed.
@@ -130,9 +233,8 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
   }
   if (live == state.memory) return;
   state.memory = live;
-  TraceEvent* counter = add_event(events_, max_events_, dropped_, site.step, first_dropped_step_);
+  Counter* counter = add_counter(site.step);
   if (!counter) return;
-  counter->kind = TraceEventKind::memory;
   counter->rank = site.rank;
   counter->step = site.step;
   counter->phase = site.phase;
@@ -151,7 +253,7 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
   slice.op = std::string(e.site.op);
   slice.scope = std::string(e.site.scope);
   slice.begin = now;
-  slice.inputs = shape_strings(e.inputs);
+  slice.inputs = state.shape_strings(e.inputs);
   slice.placement = std::string(e.placement);
   state.open.push_back(std::move(slice));
 }
@@ -165,8 +267,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   });
   if (it == state.open.rend()) return;  // begun before the recorder was attached
   OpenSlice& slice = *it;
-  if (TraceEvent* event =
-          add_event(events_, max_events_, dropped_, e.site.step, first_dropped_step_)) {
+  if (TraceEvent* event = add_full(e.site.step)) {
     event->kind = TraceEventKind::op;
     event->rank = e.site.rank;
     event->step = e.site.step;
@@ -180,7 +281,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
     event->dur_us = micros_between(slice.begin, now);
     event->inputs = std::move(slice.inputs);
     event->placement = std::move(slice.placement);
-    event->outputs = shape_strings(e.outputs);
+    event->outputs = state.shape_strings(e.outputs);
     event->alloc_bytes = slice.alloc_bytes;
     event->saved_bytes = slice.saved_bytes;
     event->saved_extra_bytes = slice.saved_extra_bytes;
@@ -334,16 +435,16 @@ void TraceRecorder::set_config(nlohmann::json config) {
 }
 
 std::vector<TraceEvent> TraceRecorder::events() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return events_;
+  std::vector<TraceEvent> out;
+  events_since(0, out);
+  return out;
 }
 
 std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (from < events_.size()) {
-    out.insert(out.end(), events_.begin() + static_cast<std::ptrdiff_t>(from), events_.end());
-  }
-  return events_.size();
+  if (from < order_.size()) out.reserve(out.size() + (order_.size() - from));
+  for (std::size_t i = from; i < order_.size(); ++i) out.push_back(event_at_locked(i));
+  return order_.size();
 }
 
 std::size_t TraceRecorder::dropped_events() const {
@@ -369,12 +470,15 @@ TraceMeta TraceRecorder::meta_locked() const {
 
 nlohmann::json TraceRecorder::to_chrome_trace() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return trace_to_json(events_, meta_locked());
+  std::vector<TraceEvent> events;
+  events.reserve(order_.size());
+  for (std::size_t i = 0; i < order_.size(); ++i) events.push_back(event_at_locked(i));
+  return trace_to_json(events, meta_locked());
 }
 
 void TraceRecorder::write_chrome_trace(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mutex_);  // no copy of the events; recording waits
-  write_trace_file(path, events_, meta_locked());
+  write_trace_file(path, source_locked(), meta_locked());
 }
 
 }  // namespace shardscope

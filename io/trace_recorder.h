@@ -25,11 +25,13 @@
 #include "autograd/memory_ledger.h"
 #include "autograd/observer.h"
 #include "io/trace_event.h"
+#include "io/trace_writer.h"
 
 namespace shardscope {
 
 struct TraceOptions {
-  std::size_t max_events = 2'000'000;                // about 300 bytes each in memory
+  // In memory, about 100 bytes each for a memory counter (most of them), 300 for a slice.
+  std::size_t max_events = 2'000'000;
   nlohmann::json config = nlohmann::json::object();  // written to otherData.config
   // Where times come from; empty: steady_clock. A live viewer passes a clock that stops while
   // every rank is paused, so the time a person spends looking is not on the timeline.
@@ -75,6 +77,7 @@ class TraceRecorder final : public Observer {
   using Clock = std::chrono::steady_clock;
   struct OpenSlice;
   struct RankState;
+  struct Counter;
 
   double micros_since_start(Clock::time_point t) const;
   static double micros_between(Clock::time_point from, Clock::time_point to);
@@ -83,6 +86,13 @@ class TraceRecorder final : public Observer {
   void record_saved(const SaveEvent& e, bool release);
   static OpenSlice* saving_slice(RankState& state, const Site& site);
   void keep(TraceEvent event);
+  // Room for one more kept event at the end, or null (and one more dropped) once max_events_ are
+  // kept: a whole TraceEvent, or a memory counter's compact record.
+  TraceEvent* add_full(std::int64_t step);
+  Counter* add_counter(std::int64_t step);
+  bool make_room(std::int64_t step);
+  TraceEvent event_at_locked(std::size_t i) const;
+  TraceEventSource source_locked() const;
   TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
                               Clock::time_point start, Clock::time_point end) const;
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
@@ -93,7 +103,12 @@ class TraceRecorder final : public Observer {
   const std::size_t max_events_;
   mutable std::mutex mutex_;
   nlohmann::json config_;
-  std::vector<TraceEvent> events_;
+  // The kept events in recording order: each entry of order_ is an index into full_ or, with
+  // kCounterBit set, into counters_. A memory counter (about 80% of a step's events) is kept as a
+  // Counter of some 90 bytes instead of a TraceEvent of some 300, and built when read.
+  std::vector<std::size_t> order_;
+  std::vector<TraceEvent> full_;
+  std::vector<Counter> counters_;
   std::size_t dropped_ = 0;
   std::int64_t first_dropped_step_ = -1;  // the step of the first dropped event; -1 while none is
   std::map<int, std::unique_ptr<RankState>> ranks_;

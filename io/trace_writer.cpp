@@ -31,12 +31,15 @@ int tie_order(TraceEventKind kind) {
   return 4;
 }
 
-std::vector<std::size_t> time_order(const std::vector<TraceEvent>& events) {
-  std::vector<std::size_t> order(events.size());
+std::vector<std::size_t> time_order(const TraceEventSource& events) {
+  std::vector<TraceOrderKey> keys;
+  keys.reserve(events.count);
+  for (std::size_t i = 0; i < events.count; ++i) keys.push_back(events.key(i));
+  std::vector<std::size_t> order(events.count);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const TraceEvent& x = events[a];
-    const TraceEvent& y = events[b];
+    const TraceOrderKey& x = keys[a];
+    const TraceOrderKey& y = keys[b];
     if (x.ts_us != y.ts_us) return x.ts_us < y.ts_us;
     const bool x_mark = x.kind == TraceEventKind::step, y_mark = y.kind == TraceEventKind::step;
     if (x_mark != y_mark) return x_mark;
@@ -59,8 +62,8 @@ json op_args(const TraceEvent& e) {
           {"layer", e.layer},
           {"seq", e.seq},
           {"placement", e.placement},
-          {"inputs", e.inputs},
-          {"outputs", e.outputs},
+          {"inputs", e.inputs.strings()},
+          {"outputs", e.outputs.strings()},
           {"alloc_bytes", e.alloc_bytes},
           {"saved_bytes", e.saved_bytes},
           {"saved_extra_bytes", e.saved_extra_bytes},
@@ -152,16 +155,32 @@ json trace_meta_to_json(const TraceMeta& meta) {
   return j;
 }
 
+TraceEventSource trace_event_source(const std::vector<TraceEvent>& events) {
+  TraceEventSource source;
+  source.count = events.size();
+  source.key = [&events](std::size_t i) {
+    const TraceEvent& e = events[i];
+    return TraceOrderKey{e.ts_us, e.dur_us, e.kind};
+  };
+  source.event = [&events](std::size_t i) { return events[i]; };
+  return source;
+}
+
 json trace_to_json(const std::vector<TraceEvent>& events, const TraceMeta& meta) {
   json list = json::array();
   for (json& m : metadata_events(meta)) list.push_back(std::move(m));
-  for (std::size_t i : time_order(events)) list.push_back(trace_event_to_json(events[i]));
+  for (std::size_t i : time_order(trace_event_source(events)))
+    list.push_back(trace_event_to_json(events[i]));
   return {{"displayTimeUnit", "ms"},
           {"otherData", trace_meta_to_json(meta)},
           {"traceEvents", std::move(list)}};
 }
 
 void write_trace(std::ostream& out, const std::vector<TraceEvent>& events, const TraceMeta& meta) {
+  write_trace(out, trace_event_source(events), meta);
+}
+
+void write_trace(std::ostream& out, const TraceEventSource& events, const TraceMeta& meta) {
   out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": " << trace_meta_to_json(meta).dump()
       << ",\n\"traceEvents\": [";
   const char* separator = "\n";
@@ -170,13 +189,18 @@ void write_trace(std::ostream& out, const std::vector<TraceEvent>& events, const
     separator = ",\n";
   }
   for (std::size_t i : time_order(events)) {
-    out << separator << trace_event_to_json(events[i]).dump();
+    out << separator << trace_event_to_json(events.event(i)).dump();
     separator = ",\n";
   }
   out << "\n]}\n";
 }
 
 void write_trace_file(const std::string& path, const std::vector<TraceEvent>& events,
+                      const TraceMeta& meta) {
+  write_trace_file(path, trace_event_source(events), meta);
+}
+
+void write_trace_file(const std::string& path, const TraceEventSource& events,
                       const TraceMeta& meta) {
   write_file_atomically(path, [&](std::ostream& out) { write_trace(out, events, meta); });
 }
