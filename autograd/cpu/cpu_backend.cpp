@@ -1,4 +1,6 @@
-// CpuBackend: memory, GEMM, layout and elementwise kernels.
+// CpuBackend: memory, GEMM, layout and the arithmetic elementwise kernels (add, mul, scale);
+// the activations, rotary embedding and dropout are in cpu_activations.cpp, the row-wise kernels
+// in cpu_rows.cpp.
 #include "autograd/cpu/cpu_backend.h"
 
 #include <cblas.h>
@@ -14,27 +16,19 @@
 
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cpu/gemm_bf16.h"
-#include "autograd/cpu/philox_words.h"
+#include "autograd/cpu/grain.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
-#include "autograd/kernels/gelu.h"
 #include "autograd/kernels/half.h"
 #include "autograd/kernels/layout.h"
-#include "autograd/kernels/philox.h"
-#include "autograd/kernels/rope.h"
-#include "autograd/kernels/swiglu.h"
 #include "autograd/reference/reference_backend.h"
 
 namespace shardscope {
 
 using cpu::dispatch_floating;
+using cpu::kCheapGrain;
 
 namespace {
-
-// The fewest elements worth a thread: cheap loops (a load, an operation and a store per element)
-// and costly ones (tanh, Philox), so that a thread's share outweighs waking it.
-constexpr std::int64_t kCheapGrain = std::int64_t{1} << 15;
-constexpr std::int64_t kCostlyGrain = std::int64_t{1} << 12;
 
 // Copies `count` elements of `es` bytes from `in` with a stride of `step` elements to `out`.
 void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t count,
@@ -70,10 +64,6 @@ void broadcast_runs(std::int64_t begin, std::int64_t end, std::int64_t nb, F&& f
     i += len;
   }
 }
-
-// The most (position, pair) entries rope_forward tabulates (16 MiB of cosines and sines); past
-// that each element takes its own.
-constexpr std::int64_t kRopeTableMost = std::int64_t{1} << 20;
 
 // Multiply-adds worth a thread in a GEMM piece, so that a piece outweighs waking a thread and
 // stays large enough for OpenBLAS's blocking.
@@ -418,268 +408,6 @@ void CpuBackend::scale(const Tensor& x, double alpha, Tensor& out) {
     const C k = static_cast<C>(alpha);
     threads_.parallel_for(x.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) o[i] = static_cast<T>(k * static_cast<C>(in[i]));
-    });
-  });
-}
-
-namespace {
-
-// The elements of a GeLU loop's chunk, so that its s values fit a stack buffer.
-constexpr std::int64_t kGeluChunk = 256;
-
-// s[j] = kernels::gelu_half_one_plus_tanh(x[j]) for j < n <= kGeluChunk, the same operations in
-// the same order, in three loops: the two without the exp call vectorise.
-template <class T, class C = kernels::compute_t<T>>
-void gelu_s(const T* x, std::int64_t n, C* s) {
-  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::gelu_exp_argument(static_cast<C>(x[j]));
-  for (std::int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j]);
-  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::gelu_s_from_exp(s[j]);
-}
-
-// Elements [begin, end) of a GeLU or SwiGLU loop, kGeluChunk at a time: fill(i, n, s) puts the
-// chunk's sigmoids in s (its exp in a loop of its own), then each(k, s) runs per element k in a
-// loop that vectorises.
-template <class C, class Fill, class Each>
-void sigmoid_chunks(std::int64_t begin, std::int64_t end, Fill&& fill, Each&& each) {
-  C s[kGeluChunk];
-  for (std::int64_t i = begin; i < end; i += kGeluChunk) {
-    const std::int64_t n = std::min(kGeluChunk, end - i);
-    fill(i, n, s);
-    for (std::int64_t j = 0; j < n; ++j) each(i + j, s[j]);
-  }
-}
-
-}  // namespace
-
-void CpuBackend::gelu_forward(const Tensor& x, Tensor& y) {
-  dispatch_floating(x.dtype(), "gelu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    using C = kernels::compute_t<T>;
-    const T* in = x.data<T>();
-    T* o = y.data<T>();
-    threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      sigmoid_chunks<C>(
-          begin, end, [&](std::int64_t i, std::int64_t n, C* s) { gelu_s(in + i, n, s); },
-          [&](std::int64_t k, C s) { o[k] = static_cast<T>(static_cast<C>(in[k]) * s); });
-    });
-  });
-}
-
-void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    using C = kernels::compute_t<T>;
-    const T* in = x.data<T>();
-    const T* g = dy.data<T>();
-    T* o = dx.data<T>();
-    threads_.parallel_for(x.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      sigmoid_chunks<C>(
-          begin, end, [&](std::int64_t i, std::int64_t n, C* s) { gelu_s(in + i, n, s); },
-          [&](std::int64_t k, C s) {
-            const C grad = kernels::gelu_grad_from_s(static_cast<C>(in[k]), s);
-            o[k] = static_cast<T>(static_cast<C>(g[k]) * grad);
-          });
-    });
-  });
-}
-
-namespace {
-
-// s[j] = kernels::sigmoid of the gate of output j (x[2 j]) for j < n <= kGeluChunk: the exp in a
-// loop of its own, as gelu_s.
-template <class T, class C = kernels::compute_t<T>>
-void swiglu_sigmoids(const T* x, std::int64_t n, C* s) {
-  for (std::int64_t j = 0; j < n; ++j) s[j] = std::exp(-static_cast<C>(x[2 * j]));
-  for (std::int64_t j = 0; j < n; ++j) s[j] = kernels::sigmoid_from_exp(s[j]);
-}
-
-}  // namespace
-
-// Each thread a range of outputs i, reading the pair (x[2i], x[2i + 1]) = (gate, up).
-void CpuBackend::swiglu_forward(const Tensor& x, Tensor& y) {
-  dispatch_floating(x.dtype(), "swiglu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    using C = kernels::compute_t<T>;
-    const T* in = x.data<T>();
-    T* o = y.data<T>();
-    threads_.parallel_for(y.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      sigmoid_chunks<C>(
-          begin, end,
-          [&](std::int64_t i, std::int64_t n, C* s) { swiglu_sigmoids(in + 2 * i, n, s); },
-          [&](std::int64_t k, C s) {
-            o[k] = static_cast<T>(kernels::swiglu_from_sigmoid(static_cast<C>(in[2 * k]),
-                                                               static_cast<C>(in[2 * k + 1]), s));
-          });
-    });
-  });
-}
-
-void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  dispatch_floating(x.dtype(), "swiglu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    using C = kernels::compute_t<T>;
-    const T* in = x.data<T>();
-    const T* g = dy.data<T>();
-    T* o = dx.data<T>();
-    threads_.parallel_for(dy.numel(), kCostlyGrain, [&](std::int64_t begin, std::int64_t end) {
-      sigmoid_chunks<C>(
-          begin, end,
-          [&](std::int64_t i, std::int64_t n, C* s) { swiglu_sigmoids(in + 2 * i, n, s); },
-          [&](std::int64_t k, C s) {
-            C dgate, dup;
-            kernels::swiglu_grad_from_sigmoid(static_cast<C>(in[2 * k]),
-                                              static_cast<C>(in[2 * k + 1]), static_cast<C>(g[k]),
-                                              s, dgate, dup);
-            o[2 * k] = static_cast<T>(dgate);
-            o[2 * k + 1] = static_cast<T>(dup);
-          });
-    });
-  });
-}
-
-// Each thread a range of rows of d, each row at one position, rotating its d/2 pairs
-// (x[i], x[i + d/2]).
-void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
-                              double base, bool inverse, Tensor& y) {
-  const kernels::RopeGeometry g =
-      kernels::rope_geometry(x.shape().dims().data(), x.rank(), seq_dim, first_position, base);
-  dispatch_floating(x.dtype(), "rope_forward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data<T>();
-    T* o = y.data<T>();
-    const std::int64_t d = g.d, half = d / 2;
-    // Fast path: each (position, pair)'s cosine and sine computed once into a table (the rows of
-    // one position share them: b x heads rows a position), the same doubles rope_rotate takes.
-    std::vector<double> table;
-    if (g.positions * half <= kRopeTableMost) {
-      table.resize(static_cast<std::size_t>(2 * g.positions * half));
-      for (std::int64_t p = 0; p < g.positions; ++p) {
-        for (std::int64_t i = 0; i < half; ++i) {
-          const double angle = kernels::rope_angle(g.first_position + p, i, d, g.base);
-          table[static_cast<std::size_t>(2 * (p * half + i))] = std::cos(angle);
-          table[static_cast<std::size_t>(2 * (p * half + i) + 1)] =
-              inverse ? -std::sin(angle) : std::sin(angle);
-        }
-      }
-    }
-    std::vector<float> table_f32;
-    if (kernels::is_half_v<T>) table_f32.assign(table.begin(), table.end());
-    auto rows = [&](std::int64_t first, std::int64_t end) {
-      for (std::int64_t row = first; row < end; ++row) {
-        const std::int64_t position = kernels::rope_row_position(row, g);
-        const T* a = in + row * d;
-        T* out = o + row * d;
-        if (!table.empty() && kernels::is_half_v<T>) {
-          // The rotation in f32 with the table's cosines and sines rounded to f32, then rounded
-          // once to T (as softmax_backward's row): a loop the compiler vectorises.
-          const float* cs = table_f32.data() + 2 * (position - g.first_position) * half;
-          for (std::int64_t i = 0; i < half; ++i) {
-            const auto xa = static_cast<float>(a[i]), xb = static_cast<float>(a[i + half]);
-            out[i] = static_cast<T>(xa * cs[2 * i] - xb * cs[2 * i + 1]);
-            out[i + half] = static_cast<T>(xb * cs[2 * i] + xa * cs[2 * i + 1]);
-          }
-          continue;
-        }
-        if (!table.empty()) {
-          const double* cs = table.data() + 2 * (position - g.first_position) * half;
-          for (std::int64_t i = 0; i < half; ++i) {
-            kernels::rope_rotate_by(a[i], a[i + half], cs[2 * i], cs[2 * i + 1], out[i],
-                                    out[i + half]);
-          }
-          continue;
-        }
-        for (std::int64_t i = 0; i < half; ++i) {
-          kernels::rope_rotate(a[i], a[i + half], kernels::rope_angle(position, i, d, g.base),
-                               inverse, out[i], out[i + half]);
-        }
-      }
-    };
-    threads_.parallel_for(x.numel() / d, std::max<std::int64_t>(kCostlyGrain / d, 1), rows);
-  });
-}
-
-namespace {
-
-// kernels::dropout_apply(x, keep, scale) without a branch, so that a loop of them vectorises:
-// x scale with every bit cleared where dropped (+0, dropout_apply's zero).
-template <class C>
-C dropout_select(C x, bool keep, C scale) {
-  using Bits = std::conditional_t<sizeof(C) == 8, std::uint64_t, std::uint32_t>;
-  const C kept = x * scale;
-  Bits bits;
-  std::memcpy(&bits, &kept, sizeof bits);
-  bits &= Bits{0} - static_cast<Bits>(keep);
-  C out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-}  // namespace
-
-void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
-                                 Tensor& y) {
-  const Shape& local = x.shape();
-  const Shape global = spec.global_shape.rank() ? spec.global_shape : local;
-  const int r = local.rank();
-  const std::vector<std::int64_t> gstride = global.strides();
-  // Global linear index of the local tensor's first element.
-  std::int64_t origin = 0;
-  for (int d = 0; d < r && !spec.offset.empty(); ++d)
-    origin += spec.offset[static_cast<std::size_t>(d)] * gstride[static_cast<std::size_t>(d)];
-  const std::int64_t last = r ? local[r - 1] : 1;
-  auto* m = mask.data<std::uint8_t>();
-  dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data<T>();
-    T* out = y.data<T>();
-    using C = kernels::compute_t<T>;
-    const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
-    if (last == 0) return;
-    const std::uint32_t threshold = kernels::dropout_keep_threshold(spec.p);
-    auto rows = [&](std::int64_t first, std::int64_t end) {
-      // kernels::dropout_keep, with each Philox call's four words used for the four elements
-      // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
-      // and a row's calls made together (cpu::philox_words: 16 side by side on AVX-512).
-      std::vector<std::uint32_t> words;
-      for (std::int64_t row = first * last; row < end * last; row += last) {
-        // Global linear index of this local row's first element.
-        const auto base = static_cast<std::uint64_t>(
-            origin + kernels::strided_index(row, r, local.dims().data(), gstride.data()));
-        const std::uint64_t first_block = base >> 2;
-        const std::uint64_t blocks =
-            ((base + static_cast<std::uint64_t>(last) - 1) >> 2) - first_block + 1;
-        words.resize(4 * blocks);
-        cpu::philox_words(first_block, blocks, spec.stream, spec.step, spec.seed, words.data());
-        // Locals, not the captures: a store through the u8 mask may alias anything, so the
-        // compiler would reload every captured pointer after each one.
-        const std::uint32_t* bits = words.data() + (base & 3u);  // element j's word: bits[j]
-        const T* row_in = in + row;
-        T* row_out = out + row;
-        std::uint8_t* row_mask = m + row;
-        const C scale = keep_scale;
-        for (std::int64_t j = 0; j < last; ++j) {
-          const bool keep = (bits[j] >> 8) >= threshold;
-          row_mask[j] = keep ? 1 : 0;
-          row_out[j] = static_cast<T>(dropout_select(static_cast<C>(row_in[j]), keep, scale));
-        }
-      }
-    };
-    threads_.parallel_for(x.numel() / last, std::max<std::int64_t>(kCostlyGrain / last, 1), rows);
-  });
-}
-
-void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, double p, Tensor& dx) {
-  dispatch_floating(dy.dtype(), "dropout_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = dy.data<T>();
-    const auto* m = mask.data<std::uint8_t>();
-    T* o = dx.data<T>();
-    using C = kernels::compute_t<T>;
-    const C keep_scale = static_cast<C>(1.0 / (1.0 - p));
-    threads_.parallel_for(dy.numel(), kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) {
-        o[i] = static_cast<T>(dropout_select(static_cast<C>(g[i]), m[i] != 0, keep_scale));
-      }
     });
   });
 }
