@@ -78,10 +78,7 @@ BufferSizes buffer_sizes(CollectiveKind kind, std::int64_t bytes, int t) {
   }
 }
 
-using CopyFn = void (*)(void*, const void*, std::size_t);
-void plain_copy(void* to, const void* from, std::size_t bytes) {
-  std::memcpy(to, from, bytes);
-}
+using CopyFn = void (*)(void*, const void*, std::size_t);  // plain_copy or stream_copy
 
 // Two threads copying their own buffers of `bytes` at once with `copy`: run() starts the helper's
 // copy, makes the caller's, and returns when both are done.
@@ -283,12 +280,13 @@ void register_benchmarks() {
                ->Arg(bytes));
     // BM_CollectivePlain: the same with plain stores only (ThreadCommOptions::stream_bytes), to
     // show what streaming stores change, side by side.
-    for (const char* variant : {"BM_Collective/", "BM_CollectivePlain/"}) {
+    const std::pair<const char*, bool> variants[] = {{"BM_Collective/", true},
+                                                     {"BM_CollectivePlain/", false}};
+    for (const auto& [variant, streaming] : variants) {
       for (const auto& [name, kind] : kinds) {
         const std::string full = variant + std::string(name);
         for (int t : {2, 4, 8}) {
-          common(benchmark::RegisterBenchmark(full.c_str(), BM_Collective, kind,
-                                              variant == std::string("BM_Collective/"))
+          common(benchmark::RegisterBenchmark(full.c_str(), BM_Collective, kind, streaming)
                      ->ArgNames({"ranks", "bytes"})
                      ->Args({t, bytes}));
         }

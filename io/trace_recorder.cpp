@@ -218,8 +218,7 @@ TraceEventSource TraceRecorder::source_locked() const {
     if (entry & kCounterBit) {
       return TraceOrderKey{counters_[entry & ~kCounterBit].ts_us, 0.0, TraceEventKind::memory};
     }
-    const TraceEvent& e = full_[entry];
-    return TraceOrderKey{e.ts_us, e.dur_us, e.kind};
+    return order_key(full_[entry]);
   };
   source.event = [this](std::size_t i) { return event_at_locked(i); };
   return source;
@@ -442,9 +441,13 @@ std::vector<TraceEvent> TraceRecorder::events() const {
 
 std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  append_events_locked(from, out);
+  return order_.size();
+}
+
+void TraceRecorder::append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const {
   if (from < order_.size()) out.reserve(out.size() + (order_.size() - from));
   for (std::size_t i = from; i < order_.size(); ++i) out.push_back(event_at_locked(i));
-  return order_.size();
 }
 
 std::size_t TraceRecorder::dropped_events() const {
@@ -471,8 +474,7 @@ TraceMeta TraceRecorder::meta_locked() const {
 nlohmann::json TraceRecorder::to_chrome_trace() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TraceEvent> events;
-  events.reserve(order_.size());
-  for (std::size_t i = 0; i < order_.size(); ++i) events.push_back(event_at_locked(i));
+  append_events_locked(0, events);
   return trace_to_json(events, meta_locked());
 }
 

@@ -92,6 +92,7 @@ class TraceRecorder final : public Observer {
   Counter* add_counter(std::int64_t step);
   bool make_room(std::int64_t step);
   TraceEvent event_at_locked(std::size_t i) const;
+  void append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const;
   TraceEventSource source_locked() const;
   TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
                               Clock::time_point start, Clock::time_point end) const;

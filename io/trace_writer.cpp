@@ -155,13 +155,14 @@ json trace_meta_to_json(const TraceMeta& meta) {
   return j;
 }
 
+TraceOrderKey order_key(const TraceEvent& e) {
+  return {e.ts_us, e.dur_us, e.kind};
+}
+
 TraceEventSource trace_event_source(const std::vector<TraceEvent>& events) {
   TraceEventSource source;
   source.count = events.size();
-  source.key = [&events](std::size_t i) {
-    const TraceEvent& e = events[i];
-    return TraceOrderKey{e.ts_us, e.dur_us, e.kind};
-  };
+  source.key = [&events](std::size_t i) { return order_key(events[i]); };
   source.event = [&events](std::size_t i) { return events[i]; };
   return source;
 }

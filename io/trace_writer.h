@@ -26,6 +26,7 @@ struct TraceEventSource {
   std::function<TraceOrderKey(std::size_t)> key;
   std::function<TraceEvent(std::size_t)> event;
 };
+TraceOrderKey order_key(const TraceEvent& event);
 TraceEventSource trace_event_source(const std::vector<TraceEvent>& events);
 
 // The traceEvents entry of one event.

@@ -14,6 +14,10 @@ void stream_copy(void* dst, const void* src, std::size_t bytes) {
   store_fence();
 }
 
+void plain_copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 void store_fence() {
 #if defined(__SSE2__)
   _mm_sfence();

@@ -20,6 +20,9 @@ constexpr std::size_t kStreamOutputBytes = std::size_t{16} << 20;
 // plain stores are. The buffers must not overlap.
 void stream_copy(void* dst, const void* src, std::size_t bytes);
 
+// memcpy with plain stores, of the same type as stream_copy (bytes may be 0, with null pointers).
+void plain_copy(void* dst, const void* src, std::size_t bytes);
+
 // The same without the fence, for a run of copies that ends with one store_fence().
 void stream_copy_unfenced(void* dst, const void* src, std::size_t bytes);
 void store_fence();

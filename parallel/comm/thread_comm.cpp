@@ -13,17 +13,10 @@
 namespace shardscope {
 namespace {
 
-void plain_copy(void* dst, const void* src, std::size_t n) {
-  if (n) std::memcpy(dst, src, n);
-}
-
-// memcpy, or stream_copy for an output of kStreamOutputBytes or more.
-void copy_bytes(void* dst, const void* src, std::size_t n, bool stream) {
-  if (stream) {
-    stream_copy(dst, src, n);
-  } else if (n) {
-    std::memcpy(dst, src, n);
-  }
+// Where chunk `chunk` of `count` elements split over `size` ranks begins (the chunks of a split
+// all_reduce: as even as whole elements allow).
+std::int64_t chunk_begin(std::int64_t count, int chunk, int size) {
+  return count * chunk / size;
 }
 
 // A large all_reduce splits the work among the ranks (a reduce-scatter and an all-gather in one
@@ -46,9 +39,7 @@ class ThreadGroup {
  public:
   ThreadGroup(int size, const ThreadCommOptions& options)
       : size_(size),
-        timeout_(options.timeout),
-        on_traffic_(options.on_traffic),
-        stream_bytes_(options.stream_bytes),
+        options_(options),
         slots_(static_cast<std::size_t>(size)),
         last_(static_cast<std::size_t>(size), "none") {}
 
@@ -83,7 +74,6 @@ class ThreadGroup {
   // on, or (out null) into every rank's output at the same bytes.
   void reduce_range(const CollectiveCall& call, std::size_t begin, std::size_t end, void* out,
                     std::size_t out_at, CommTraffic& traffic) const;
-  std::size_t chunk_begin(std::int64_t count, int chunk) const;
   std::string mismatch_locked() const;
   std::string where_everyone_is_locked() const;
   [[noreturn]] void fail_locked(const std::string& message);
@@ -92,9 +82,7 @@ class ThreadGroup {
   void wait_locked(std::unique_lock<std::mutex>& lock, Pred done, const char* stage);
 
   const int size_;
-  const std::chrono::milliseconds timeout_;
-  const std::function<void(int, const CommTraffic&)> on_traffic_;
-  const std::size_t stream_bytes_;
+  const ThreadCommOptions options_;  // also the options of the groups split from this one
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
@@ -132,12 +120,13 @@ void ThreadGroup::recv(int to, int from, void* data, std::size_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
   std::deque<std::vector<unsigned char>>& box = mailboxes_[{from, to}];
   const bool arrived =
-      cv_.wait_for(lock, timeout_, [&] { return !box.empty() || !failure_.empty(); });
+      cv_.wait_for(lock, options_.timeout, [&] { return !box.empty() || !failure_.empty(); });
   throw_if_failed_locked();
   if (!arrived) {
-    fail_locked("rank " + std::to_string(to) + " waited " + std::to_string(timeout_.count()) +
-                " ms in recv of " + std::to_string(bytes) + " bytes from rank " +
-                std::to_string(from) + ", which sent it nothing");
+    fail_locked("rank " + std::to_string(to) + " waited " +
+                std::to_string(options_.timeout.count()) + " ms in recv of " +
+                std::to_string(bytes) + " bytes from rank " + std::to_string(from) +
+                ", which sent it nothing");
   }
   std::vector<unsigned char> message = std::move(box.front());
   box.pop_front();
@@ -185,9 +174,9 @@ std::string ThreadGroup::where_everyone_is_locked() const {
 
 template <class Pred>
 void ThreadGroup::wait_locked(std::unique_lock<std::mutex>& lock, Pred done, const char* stage) {
-  if (cv_.wait_for(lock, timeout_, [&] { return done() || !failure_.empty(); })) return;
-  fail_locked("collective timed out after " + std::to_string(timeout_.count()) + " ms (" + stage +
-              "); where every rank is:" + where_everyone_is_locked());
+  if (cv_.wait_for(lock, options_.timeout, [&] { return done() || !failure_.empty(); })) return;
+  fail_locked("collective timed out after " + std::to_string(options_.timeout.count()) + " ms (" +
+              stage + "); where every rank is:" + where_everyone_is_locked());
 }
 
 void ThreadGroup::compute(int rank, void* out, CommTraffic& traffic) const {
@@ -199,13 +188,13 @@ void ThreadGroup::compute(int rank, void* out, CommTraffic& traffic) const {
   auto src = [&](int r) {
     return static_cast<const unsigned char*>(slots_[static_cast<std::size_t>(r)].send);
   };
-  auto copy = [&](unsigned char* to, const unsigned char* from, std::size_t n, bool stream) {
-    copy_bytes(to, from, n, stream);
+  const auto copy_fn = streams(call) ? stream_copy : plain_copy;
+  auto copy = [&](unsigned char* to, const unsigned char* from, std::size_t n) {
+    copy_fn(to, from, n);
     traffic.read += static_cast<double>(n);
     traffic.written += static_cast<double>(n);
   };
   const std::int64_t chunk = call.count / size_;
-  const bool stream = streams(call);
   switch (call.kind) {
     case CollectiveKind::all_reduce:  // a small one (a large one is split: reduce_own_chunk)
       reduce_range(call, 0, bytes(call.count), dst, 0, traffic);
@@ -214,16 +203,15 @@ void ThreadGroup::compute(int rank, void* out, CommTraffic& traffic) const {
       reduce_range(call, bytes(rank * chunk), bytes((rank + 1) * chunk), dst, 0, traffic);
       break;
     case CollectiveKind::all_gather:
-      for (int r = 0; r < size_; ++r)
-        copy(dst + bytes(r * call.count), src(r), bytes(call.count), stream);
+      for (int r = 0; r < size_; ++r) copy(dst + bytes(r * call.count), src(r), bytes(call.count));
       break;
     case CollectiveKind::all_to_all:
       for (int r = 0; r < size_; ++r) {
-        copy(dst + bytes(r * chunk), src(r) + bytes(rank * chunk), bytes(chunk), stream);
+        copy(dst + bytes(r * chunk), src(r) + bytes(rank * chunk), bytes(chunk));
       }
       break;
     case CollectiveKind::broadcast:
-      copy(dst, src(call.root), bytes(call.count), stream);
+      copy(dst, src(call.root), bytes(call.count));
       break;
     case CollectiveKind::barrier:
       break;
@@ -274,22 +262,19 @@ bool split_all_reduce_bytes(const CollectiveCall& call, int size) {
 bool ThreadGroup::streams(const CollectiveCall& call) const {
   return static_cast<std::size_t>(std::max(recv_elements(call, size_), call.count)) *
              dtype_size(call.dtype) >=
-         stream_bytes_;
+         options_.stream_bytes;
 }
 
 bool ThreadGroup::split_all_reduce(const CollectiveCall& call) const {
   return split_all_reduce_bytes(call, size_);
 }
 
-std::size_t ThreadGroup::chunk_begin(std::int64_t count, int chunk) const {
-  return static_cast<std::size_t>(count * chunk / size_);
-}
-
 void ThreadGroup::reduce_own_chunk(int rank, CommTraffic& traffic) const {
   const CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].call;
   const std::size_t es = dtype_size(call.dtype);
-  const std::size_t begin = chunk_begin(call.count, rank) * es;
-  reduce_range(call, begin, chunk_begin(call.count, rank + 1) * es, nullptr, begin, traffic);
+  const auto begin = static_cast<std::size_t>(chunk_begin(call.count, rank, size_)) * es;
+  const auto end = static_cast<std::size_t>(chunk_begin(call.count, rank + 1, size_)) * es;
+  reduce_range(call, begin, end, nullptr, begin, traffic);
 }
 
 void ThreadGroup::reduce_range(const CollectiveCall& call, std::size_t begin, std::size_t end,
@@ -375,7 +360,7 @@ void ThreadGroup::run(int rank, const CollectiveCall& call, const void* send, vo
     traffic.read += static_cast<double>(staging.size());
     traffic.written += static_cast<double>(staging.size());
   }
-  if (on_traffic_) on_traffic_(rank, traffic);
+  if (options_.on_traffic) options_.on_traffic(rank, traffic);
 }
 
 void ThreadGroup::abort(int rank, const std::string& reason) {
@@ -402,13 +387,7 @@ std::shared_ptr<ThreadGroup> ThreadGroup::subgroup(std::uint64_t split, int colo
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::shared_ptr<ThreadGroup>& slot = subgroups_[{split, color}];
-    if (!slot) {
-      ThreadCommOptions options;
-      options.timeout = timeout_;
-      options.on_traffic = on_traffic_;
-      options.stream_bytes = stream_bytes_;
-      slot = std::make_shared<ThreadGroup>(size, options);
-    }
+    if (!slot) slot = std::make_shared<ThreadGroup>(size, options_);
     g = slot;
     failure = failure_;
   }
@@ -476,9 +455,9 @@ CommTraffic thread_comm_traffic(const CollectiveCall& call, int size, int rank, 
   switch (call.kind) {
     case CollectiveKind::all_reduce:
       if (split_all_reduce_bytes(call, size)) {
-        const auto r = static_cast<std::int64_t>(rank);
-        const double chunk =
-            static_cast<double>(call.count * (r + 1) / size - call.count * r / size) * es;
+        const double chunk = static_cast<double>(chunk_begin(call.count, rank + 1, size) -
+                                                 chunk_begin(call.count, rank, size)) *
+                             es;
         return {t * chunk, t * chunk};  // no staging copy
       }
       traffic = {t * sent, out};
