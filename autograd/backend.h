@@ -41,6 +41,12 @@ class Backend {
   // Matrix products (f32, f64) through the GEMM descriptor.
   virtual void gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) = 0;
 
+  // Attention's causal products (causal_matmul): the squares of `desc` copied from src to dst with
+  // the elements above each one's diagonal set to 0 (bits copied: any dtype). In place when the
+  // squares are the same.
+  virtual void lower_triangle(const TriangleDesc& desc, DType dtype, const void* src,
+                              void* dst) = 0;
+
   // Layout.
   virtual void fill(Tensor& out, double value) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same numel and dtype

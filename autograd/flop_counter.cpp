@@ -1,5 +1,7 @@
-// GemmFlops: the matrix products' FLOPs from op events.
+// GemmFlops: the matrix products' FLOPs from GEMM events.
 #include "autograd/flop_counter.h"
+
+#include "autograd/gemm.h"
 
 namespace shardscope {
 
@@ -8,19 +10,14 @@ void GemmFlops::on_op_begin(const OpEvent& e) {
 }
 
 void GemmFlops::on_op_end(const OpEvent& e) {
-  if (e.site.phase == Phase::backward) {
-    --backward_depth_;
-    return;
-  }
-  if ((e.site.op != "matmul" && e.site.op != "gather_matmul") || !e.inputs || !e.outputs ||
-      e.inputs->empty()) {
-    return;
-  }
-  const Shape& a = e.inputs->front();
-  if (a.rank() == 0) return;
-  double elements = 0;
-  for (const Shape& out : *e.outputs) elements += static_cast<double>(out.numel());
-  const double flops = 2.0 * static_cast<double>(a[a.rank() - 1]) * elements;
+  if (e.site.phase == Phase::backward) --backward_depth_;
+}
+
+void GemmFlops::on_gemm(const GemmEvent& e) {
+  if (e.site.phase == Phase::backward || !e.desc) return;
+  const GemmDesc& d = *e.desc;
+  const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) *
+                       static_cast<double>(d.k) * static_cast<double>(d.batch);
   (backward_depth_ > 0 ? recomputed_ : forward_) += flops;
 }
 

@@ -1,8 +1,9 @@
 // GemmFlops: an observer that counts the floating-point operations of the matrix products a
-// context runs (matmul, and the sequence-parallel linear's gather_matmul), 2 k per output element
-// with k the first input's last dim, from the shapes in their op events. Forward products are
-// counted apart from those a recomputation runs again inside backward (forward ops that run while
-// a backward node is open: autograd/checkpoint.h).
+// context's forward ops run, 2 m n k per entry of each GEMM call (the GEMM events: matmul, the
+// sequence-parallel linear's gather_matmul, and the pieces of causal_matmul, which leaves out the
+// blocks above the diagonal). Forward products are counted apart from those a recomputation runs
+// again inside backward (forward ops that run while a backward node is open:
+// autograd/checkpoint.h).
 #pragma once
 
 #include "autograd/observer.h"
@@ -16,6 +17,7 @@ class GemmFlops : public Observer {
 
   void on_op_begin(const OpEvent& e) override;
   void on_op_end(const OpEvent& e) override;
+  void on_gemm(const GemmEvent& e) override;
 
  private:
   int backward_depth_ = 0;  // backward nodes open (a recomputation runs inside one)

@@ -71,6 +71,20 @@ void GemmDesc::validate() const {
     fail("stride_c must be >= m * ldc so outputs do not overlap");
 }
 
+std::string TriangleDesc::str() const {
+  return "lower_triangle(n=" + std::to_string(n) + ", batch=" + std::to_string(batch) +
+         ", ld_src=" + std::to_string(ld_src) + ", ld_dst=" + std::to_string(ld_dst) + ")";
+}
+
+void TriangleDesc::validate() const {
+  auto fail = [&](const std::string& what) { throw ArgumentError(str() + ": " + what); };
+  if (n < 0) fail("n must be >= 0");
+  if (batch < 1) fail("batch must be >= 1");
+  if (ld_src < std::max<std::int64_t>(1, n)) fail("ld_src must be >= n");
+  if (ld_dst < std::max<std::int64_t>(1, n)) fail("ld_dst must be >= n");
+  if (batch > 1 && stride_dst < n * ld_dst) fail("stride_dst must be >= n * ld_dst");
+}
+
 ColumnMajorGemm to_column_major(const GemmDesc& d) {
   d.validate();
   ColumnMajorGemm c;

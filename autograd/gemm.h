@@ -34,6 +34,20 @@ struct GemmDesc {
   std::string str() const;
 };
 
+// A batch of n x n squares, copied from src to dst with every element above the diagonal set to
+// 0 (Backend::lower_triangle): the diagonal blocks of attention's causal products. Entry e's
+// element (i, j) is at e * stride + i * ld + j of each; src and dst may be the same squares.
+struct TriangleDesc {
+  std::int64_t n = 0;
+  std::int64_t batch = 1;
+  std::int64_t ld_src = 0, stride_src = 0;
+  std::int64_t ld_dst = 0, stride_dst = 0;
+
+  // Throws ArgumentError naming the field when a size or leading dimension is impossible.
+  void validate() const;
+  std::string str() const;
+};
+
 // The same product as BLAS sees it in column-major order. Row-major C = op(A) op(B) is
 // column-major C^T = op(B)^T op(A)^T, so the operands swap (first = B, second = A), m and n swap,
 // and the transpose flags and leading dimensions carry over unchanged.

@@ -15,6 +15,15 @@ namespace shardscope {
 // transpose_b reads b as [.., n, k] and multiplies by its transpose (Q K^T).
 // Saves a when b takes a gradient and b when a does (a parameter is kept but not counted).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false);
+// Attention's batched products under softmax(x, true)'s causal mask, on score-shaped
+// [.., r s_q, s_k] matrices whose rows hold the s_q = `queries` queries of r heads one after the
+// other (r > 1 for grouped-query attention): key j is visible to query i when j <= i + s_k - s_q.
+// With transpose_b, a [.., r s_q, d] (queries) times b [.., s_k, d] transposed (keys): the
+// scores, 0 above the diagonal. Without, a [.., r s_q, s_k] (probabilities) times b [.., s_k, d]
+// (values), a read as 0 above the diagonal. Rows go in blocks and the products above each block's
+// diagonal are not computed: about half of the dense products, forward and backward. Saves what
+// matmul saves.
+Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries);
 
 // a + b, where b has a's shape or a suffix of it (a bias [h] on [s, b, h]). Saves nothing.
 Tensor add(const Tensor& a, const Tensor& b);

@@ -203,6 +203,29 @@ void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* 
   }
 }
 
+// Square by square over the threads: the lower triangle's rows moved with memmove (src and dst may
+// be the same squares), the rest of each row zeroed.
+void CpuBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* src, void* dst) {
+  d.validate();
+  const std::size_t es = dtype_size(dtype);
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  threads_.parallel_for(
+      d.batch, std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n * d.n, 1), 1),
+      [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t e = begin; e < end; ++e) {
+          for (std::int64_t i = 0; i < d.n; ++i) {
+            const std::size_t kept = static_cast<std::size_t>(i + 1) * es;
+            unsigned char* to =
+                out + static_cast<std::size_t>(e * d.stride_dst + i * d.ld_dst) * es;
+            std::memmove(to, in + static_cast<std::size_t>(e * d.stride_src + i * d.ld_src) * es,
+                         kept);
+            std::memset(to + kept, 0, static_cast<std::size_t>(d.n) * es - kept);
+          }
+        }
+      });
+}
+
 void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) {
   if (dtype == DType::bf16) {
     // The CPU's bf16 dot products where it has them (cpu/gemm_bf16.h), else widened to f32.

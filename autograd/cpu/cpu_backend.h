@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
 
   void gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) override;
+  void lower_triangle(const TriangleDesc& desc, DType dtype, const void* src, void* dst) override;
 
   void fill(Tensor& out, double value) override;
   void copy(const Tensor& src, Tensor& dst) override;

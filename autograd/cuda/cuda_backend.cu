@@ -117,6 +117,7 @@ class CudaBackend final : public Backend {
   }
 
   void gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) override;
+  void lower_triangle(const TriangleDesc& desc, DType dtype, const void* src, void* dst) override;
 
   void fill(Tensor& out, double value) override;
   void copy(const Tensor& src, Tensor& dst) override {
@@ -243,6 +244,34 @@ void CudaBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const v
   } else {
     throw unsupported_dtype("gemm", dtype);
   }
+}
+
+void CudaBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* src, void* dst) {
+  d.validate();
+  const std::int64_t n = d.batch * d.n * d.n;
+  if (!n) return;
+  activate();
+  const unsigned grid = grid_for(n);
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    k::lower_triangle<<<grid, kThreads, 0, stream_>>>(static_cast<const Word*>(src), d.ld_src,
+                                                      d.stride_src, static_cast<Word*>(dst),
+                                                      d.ld_dst, d.stride_dst, d.n, n);
+  };
+  switch (dtype_size(dtype)) {
+    case 1:
+      launch(std::uint8_t{});
+      break;
+    case 2:
+      launch(std::uint16_t{});
+      break;
+    case 4:
+      launch(std::uint32_t{});
+      break;
+    default:
+      launch(std::uint64_t{});
+  }
+  SS_CUDA_CHECK_LAUNCH("lower_triangle");
 }
 
 void CudaBackend::fill(Tensor& out, double value) {

@@ -108,6 +108,19 @@ __global__ void copy_rows(const Word* in, std::int64_t in_pitch, Word* out, std:
   }
 }
 
+// Squares of n x n words: dst[e][i][j] = src[e][i][j] for j <= i, 0 above the diagonal (one
+// thread per element of dst; in place only element by element, which this is).
+template <class Word>
+__global__ void lower_triangle(const Word* src, std::int64_t ld_src, std::int64_t stride_src,
+                               Word* dst, std::int64_t ld_dst, std::int64_t stride_dst,
+                               std::int64_t n_side, std::int64_t n) {
+  SS_GRID_STRIDE(idx, n) {
+    const std::int64_t e = idx / (n_side * n_side), ij = idx - e * n_side * n_side;
+    const std::int64_t i = ij / n_side, j = ij - i * n_side;
+    dst[e * stride_dst + i * ld_dst + j] = j <= i ? src[e * stride_src + i * ld_src + j] : Word(0);
+  }
+}
+
 template <class T>
 __global__ void mul(const T* a, const T* b, T* out, std::int64_t n, std::int64_t nb) {
   SS_GRID_STRIDE(i, n) out[i] = a[i] * b[i % nb];

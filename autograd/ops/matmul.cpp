@@ -58,6 +58,16 @@ MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool t
   return p;
 }
 
+// One GEMM call of an op, announced to the observers first.
+void submit_gemm(Context& ctx, const GemmDesc& d, DType dtype, const void* a, const void* b,
+                 void* c) {
+  if (ctx.observed()) {
+    const GemmEvent event{ctx.site(), &d, dtype};
+    ctx.notify([&](Observer& o) { o.on_gemm(event); });
+  }
+  ctx.backend().gemm(d, dtype, a, b, c);
+}
+
 // C = op(A) op(B) per batch entry into a freshly allocated (zeroed) C; a shared B has stride 0.
 // An empty product (a zero m, n, k or batch) leaves C at zero, which is its value.
 void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
@@ -66,12 +76,131 @@ void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
   if (shared_b) d.stride_b = 0;
+  submit_gemm(c.ctx(), d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
+}
+
+// ---- causal products (causal_matmul) ----------------------------------------------------------
+
+// Which stored matrix of a product is score-shaped, [r s_q, s_k] with query q = row mod s_q seeing
+// key j when j <= q + s_k - s_q, and the blocks of queries it is taken in.
+struct CausalShape {
+  bool masked_c = false;  // C is score-shaped (its entries above the diagonal stay 0); else A is
+                          // (as stored, read as 0 above the diagonal)
+  std::int64_t queries = 0, keys = 0, periods = 1;  // s_q, s_k, r
+  std::int64_t block = 0;                           // queries per block
+};
+
+// Blocks of 1/8 of the queries, at least 32 and a multiple of 16: about 9/16 of the dense products
+// computed, in pieces large enough for the GEMM kernels.
+std::int64_t causal_block(std::int64_t queries) {
+  const std::int64_t eighth = (queries + 7) / 8;
+  return std::min(queries, (std::max<std::int64_t>(32, eighth) + 15) / 16 * 16);
+}
+
+// C = op(A) op(B) per batch entry under `cs`, into a freshly allocated (zeroed) C, as pieces of the
+// dense product: for each block of queries, the keys before the block's diagonal square are a
+// plain product and the square goes through Backend::lower_triangle (C's square zeroed above the
+// diagonal after its product; A's square copied, zeroed above it, into a scratch first). Keys after
+// the square are skipped: their C stays 0, their A is not read.
+void run_causal_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
+                     std::int64_t n, std::int64_t k, std::int64_t batch, const CausalShape& cs) {
+  if (m == 0 || n == 0 || k == 0 || batch == 0) return;
   Context& ctx = c.ctx();
-  if (ctx.observed()) {
-    const GemmEvent event{ctx.site(), &d, c.dtype()};
-    ctx.notify([&](Observer& o) { o.on_gemm(event); });
+  const DType dtype = c.dtype();
+  const std::size_t es = dtype_size(dtype);
+  GemmDesc full = GemmDesc::packed(m, n, k, ta, tb);
+  full.batch = batch;
+  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
+  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
+  auto* pc = static_cast<unsigned char*>(c.raw_data());
+  auto at = [es](auto* base, std::int64_t offset) {
+    return base + static_cast<std::size_t>(offset) * es;
+  };
+  // Offsets of row i / column p of op(A), row p / column j of op(B), and (i, j) of C.
+  auto a_row = [&](std::int64_t i) { return ta ? i : i * full.lda; };
+  auto a_col = [&](std::int64_t p) { return ta ? p * full.lda : p; };
+  auto b_row = [&](std::int64_t p) { return tb ? p : p * full.ldb; };
+  auto c_at = [&](std::int64_t i, std::int64_t j) { return i * full.ldc + j; };
+  // A piece: rows x cols of C from inner products of length `inner`; beta 1 adds to an earlier
+  // piece's sums.
+  auto piece = [&](GemmDesc d, std::int64_t rows, std::int64_t cols, std::int64_t inner,
+                   const void* x, const void* y, void* z, bool accumulate) {
+    if (rows == 0 || cols == 0 || inner == 0) return;
+    d.m = rows;
+    d.n = cols;
+    d.k = inner;
+    d.beta = accumulate ? 1.0 : 0.0;
+    submit_gemm(ctx, d, dtype, x, y, z);
+  };
+  const std::int64_t offset = cs.keys - cs.queries, block = cs.block;
+  // A's squares, zeroed above the diagonal, while their piece runs: [batch, block, block].
+  Tensor scratch;
+  GemmDesc from_scratch = full;
+  if (!cs.masked_c) {
+    scratch = ops_detail::new_tensor(ctx, Shape{batch, block, block}, dtype);
+    from_scratch.lda = block;
+    from_scratch.stride_a = block * block;
   }
-  ctx.backend().gemm(d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
+  auto square_of_a = [&](std::int64_t at_offset, std::int64_t side) {
+    TriangleDesc t;
+    t.n = side;
+    t.batch = batch;
+    t.ld_src = full.lda;
+    t.stride_src = full.stride_a;
+    t.ld_dst = block;
+    t.stride_dst = block * block;
+    ctx.backend().lower_triangle(t, dtype, at(pa, at_offset), scratch.raw_data());
+  };
+  if (cs.masked_c) {  // C [r s_q, s_k]: each block of rows up to its diagonal
+    for (std::int64_t r = 0; r < cs.periods; ++r) {
+      for (std::int64_t q0 = 0; q0 < cs.queries; q0 += block) {
+        const std::int64_t side = std::min(block, cs.queries - q0), i0 = r * cs.queries + q0;
+        piece(full, side, q0 + side + offset, k, at(pa, a_row(i0)), pb, at(pc, c_at(i0, 0)), false);
+        TriangleDesc t;
+        t.n = side;
+        t.batch = batch;
+        t.ld_src = t.ld_dst = full.ldc;
+        t.stride_src = t.stride_dst = full.stride_c;
+        void* square = at(pc, c_at(i0, q0 + offset));
+        ctx.backend().lower_triangle(t, dtype, square, square);
+      }
+    }
+    return;
+  }
+  if (!ta) {  // op(A) = A [r s_q, s_k]: each block of rows over the keys up to its diagonal
+    for (std::int64_t r = 0; r < cs.periods; ++r) {
+      for (std::int64_t q0 = 0; q0 < cs.queries; q0 += block) {
+        const std::int64_t side = std::min(block, cs.queries - q0), i0 = r * cs.queries + q0;
+        const std::int64_t before = q0 + offset;  // keys every query of the block sees
+        void* out = at(pc, c_at(i0, 0));
+        piece(full, side, n, before, at(pa, a_row(i0)), pb, out, false);
+        square_of_a(a_row(i0) + a_col(before), side);
+        piece(from_scratch, side, n, side, scratch.raw_data(), at(pb, b_row(before)), out,
+              before > 0);
+      }
+    }
+    return;
+  }
+  // op(A) = A^T, A stored [r s_q, s_k]: C's rows are keys. The first s_k - s_q keys are seen by
+  // every query; each later block of keys by the queries from its diagonal square on.
+  piece(full, offset, n, k, pa, pb, pc, false);
+  for (std::int64_t q0 = 0; q0 < cs.queries; q0 += block) {
+    const std::int64_t side = std::min(block, cs.queries - q0), j0 = q0 + offset;
+    void* out = at(pc, c_at(j0, 0));
+    bool accumulate = false;
+    for (std::int64_t r = 0; r < cs.periods; ++r) {
+      const std::int64_t first = r * cs.queries + q0, after = first + side;
+      const std::int64_t later = cs.queries - q0 - side;  // queries after the square
+      piece(full, side, n, later, at(pa, a_row(j0) + a_col(after)), at(pb, b_row(after)), out,
+            accumulate);
+      accumulate = accumulate || later > 0;
+      square_of_a(a_col(first) + a_row(j0), side);
+      GemmDesc d = from_scratch;
+      d.trans_a = true;
+      piece(d, side, n, side, scratch.raw_data(), at(pb, b_row(first)), out, accumulate);
+      accumulate = true;
+    }
+  }
 }
 
 std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads,
@@ -93,6 +222,33 @@ std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads
     } else {
       // B holds [n, k]: dB = dC^T A: [n, m] x [m, k]
       run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false);
+    }
+  }
+  return {da, db};
+}
+
+// causal_matmul's backward: matmul's, each product with its score-shaped operand as in forward.
+std::vector<Tensor> causal_matmul_backward(Node& node, const std::vector<Tensor>& grads,
+                                           const MatmulPlan& p, bool transpose_b, CausalShape cs) {
+  const Tensor& a = node.saved(0);
+  const Tensor& b = node.saved(1);
+  const Tensor& dc = grads[0];
+  Tensor da, db;
+  if (node.needs_input_grad(0)) {
+    da = ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
+    CausalShape shape = cs;
+    // Scores: dA = dC B, dC score-shaped. Probabilities: dA = dC V^T, dA score-shaped.
+    shape.masked_c = !transpose_b;
+    run_causal_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, shape);
+  }
+  if (node.needs_input_grad(1)) {
+    db = ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
+    CausalShape shape = cs;
+    shape.masked_c = false;
+    if (transpose_b) {  // dK = dC^T Q
+      run_causal_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, shape);
+    } else {  // dV = P^T dC
+      run_causal_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, shape);
     }
   }
   return {da, db};
@@ -142,6 +298,45 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
       return matmul_backward(n, g, p, transpose_b);
     });
     // dA needs b and dB needs a: keep each only when the other operand takes a gradient.
+    node.save(node.needs_input_grad(1) ? a : Tensor());
+    node.save(node.needs_input_grad(0) ? b : Tensor());
+  }
+  return r.finish(c);
+}
+
+}  // namespace shardscope
+
+namespace shardscope {
+
+Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries) {
+  OpRecord r("causal_matmul", {a, b});
+  ops_detail::check_floating(r, a, "a");
+  ops_detail::check_floating(r, b, "b");
+  ops_detail::check_same_dtype(r, a, b);
+  const MatmulPlan p = plan_matmul(r, a.shape(), b.shape(), transpose_b);
+  if (p.shared_b || a.rank() < 3) {
+    throw ShapeError(r.where() +
+                     ": the operands of a causal product are batched [.., rows, cols], "
+                     "given " +
+                     a.describe() + " and " + b.describe());
+  }
+  CausalShape cs;
+  cs.masked_c = transpose_b;
+  cs.keys = transpose_b ? p.n : p.k;
+  cs.queries = queries;
+  if (queries < 1 || p.m % queries != 0 || cs.keys < queries) {
+    throw ShapeError(r.where() + ": queries must divide the " + std::to_string(p.m) +
+                     " rows (r heads of s_q queries each) and be at most the " +
+                     std::to_string(cs.keys) + " keys, given queries = " + std::to_string(queries));
+  }
+  cs.periods = p.m / queries;
+  cs.block = causal_block(queries);
+  Tensor c = ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
+  run_causal_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, cs);
+  if (r.needs_grad()) {
+    Node& node = r.record([p, transpose_b, cs](Node& n, const std::vector<Tensor>& g) {
+      return causal_matmul_backward(n, g, p, transpose_b, cs);
+    });
     node.save(node.needs_input_grad(1) ? a : Tensor());
     node.save(node.needs_input_grad(0) ? b : Tensor());
   }

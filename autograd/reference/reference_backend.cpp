@@ -83,6 +83,31 @@ void ReferenceBackend::gemm(const GemmDesc& d, DType dtype, const void* a, const
   });
 }
 
+// For each square e and i, j < n: dst[e][i][j] = src[e][i][j] when j <= i, else 0. Each row is
+// read whole before it is written, so src and dst may be the same squares.
+void ReferenceBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* src,
+                                      void* dst) {
+  d.validate();
+  const std::size_t es = dtype_size(dtype);
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  std::vector<unsigned char> row(static_cast<std::size_t>(d.n) * es);
+  for (std::int64_t e = 0; e < d.batch; ++e) {
+    for (std::int64_t i = 0; i < d.n; ++i) {
+      const unsigned char* from =
+          in + static_cast<std::size_t>(e * d.stride_src + i * d.ld_src) * es;
+      unsigned char* to = out + static_cast<std::size_t>(e * d.stride_dst + i * d.ld_dst) * es;
+      for (std::int64_t j = 0; j < d.n; ++j) {
+        for (std::size_t byte = 0; byte < es; ++byte) {
+          row[static_cast<std::size_t>(j) * es + byte] =
+              j <= i ? from[static_cast<std::size_t>(j) * es + byte] : 0;
+        }
+      }
+      std::memcpy(to, row.data(), row.size());
+    }
+  }
+}
+
 // out[i] = value for every element (u8 too).
 void ReferenceBackend::fill(Tensor& out, double value) {
   if (out.dtype() == DType::u8) {

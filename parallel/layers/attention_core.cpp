@@ -101,18 +101,23 @@ Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t firs
   // query heads per key/value head (r = 1 under MHA: the same tensors).
   const std::int64_t b = qkv.q.dim(0), heads = qkv.q.dim(1), s = qkv.q.dim(2);
   const std::int64_t groups = qkv.k.dim(1), r = heads / groups;
+  // Under the causal mask the products skip the blocks above the diagonal (causal_matmul).
+  const bool causal = decl::causal_products(config);
+  auto product = [&](const Tensor& x, const Tensor& y, bool transpose_y) {
+    return causal ? causal_matmul(x, y, transpose_y, s) : matmul(x, y, transpose_y);
+  };
   Tensor scores;
   {
     ScopeGuard scope(ctx, m.scores.scope);
     const Tensor q = r == 1 ? qkv.q : reshape(qkv.q, {b, groups, r * s, d});
-    scores = matmul(q, qkv.k, /*transpose_b=*/true);
+    scores = product(q, qkv.k, /*transpose_y=*/true);
     if (r != 1) scores = reshape(scores, {b, heads, s, qkv.k.dim(2)});
     scores = scale(scores, 1.0 / std::sqrt(width));
   }
   Tensor probs;
   {
     ScopeGuard scope(ctx, m.softmax.scope);
-    if (config.planted_bug == PlantedBug::causal_mask_local_positions) {
+    if (!causal && config.causal) {  // the planted bug causal-mask-local-positions
       probs = softmax(add(scores, local_position_mask(ctx, config, scores.dim(2), scores.dtype())),
                       false);
     } else {
@@ -123,8 +128,8 @@ Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t firs
   probs = layer_dropout(config, m.attn_dropout, probs,
                         Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
   ScopeGuard scope(ctx, m.context.scope);
-  if (r == 1) return matmul(probs, qkv.v);
-  const Tensor grouped = matmul(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v);
+  if (r == 1) return product(probs, qkv.v, false);
+  const Tensor grouped = product(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v, false);
   return reshape(grouped, {b, heads, s, d});
 }
 

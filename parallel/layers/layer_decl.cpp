@@ -139,6 +139,7 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
   // Scopes name where each module's ops run; their order is the forward's. Ops of no module
   // (there are none inside the layer) would run in the layer's own scope.
   const Width fc1_out = c.mlp == Mlp::swiglu ? Width::gate_up : Width::ffn;
+  const char* product = causal_products(c) ? "causal_matmul" : "matmul";
   std::vector<ModuleDecl> modules{
       norm(c, "ln1", "LayerNorm 1 input", "RMSNorm 1 input", "ln1 weight", "ln1 bias"),
       {"attn.qkv",
@@ -149,7 +150,7 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
       {"attn.scores",
        Kind::scores,
        {},
-       {term("QK^T: Q and K", "matmul",
+       {term("QK^T: Q and K", product,
              {a_sb(1, Width::hidden, SavedSplit::heads),
               a_sb(1, Width::kv_head, SavedSplit::kv_heads)})}},
       {"attn.softmax",
@@ -164,10 +165,10 @@ std::vector<ModuleDecl> declare(const LayerConfig& c) {
       {"attn.context",
        Kind::context,
        {},
-       {term("probs x V: dropout output and V", "matmul",
+       {term("probs x V: dropout output and V", product,
              {a_as2b(SavedSplit::heads), a_sb(1, Width::kv_head, SavedSplit::kv_heads)},
              When::with_dropout),
-        term("probs x V: V (probs are the softmax output)", "matmul",
+        term("probs x V: V (probs are the softmax output)", product,
              {a_sb(1, Width::kv_head, SavedSplit::kv_heads)}, When::without_dropout)}},
       {"attn.proj",
        Kind::row_linear,
@@ -310,14 +311,20 @@ bool is_norm(Kind kind) {
 LayerDecl::LayerDecl(std::vector<ModuleDecl> declared)
     : modules(std::move(declared)), roles(roles_of(modules)) {}
 
+bool causal_products(const LayerConfig& c) {
+  return c.causal && c.planted_bug != PlantedBug::causal_mask_local_positions;
+}
+
 const LayerDecl& declaration(const LayerConfig& c) {
   // One declaration per choice of the fields that shape it; ranks (threads) share them.
   static std::mutex mutex;
-  static std::map<std::tuple<Norm, Mlp, bool, bool, bool, Recompute>, std::unique_ptr<LayerDecl>>
+  static std::map<std::tuple<Norm, Mlp, bool, bool, bool, Recompute, bool>,
+                  std::unique_ptr<LayerDecl>>
       made;
   const std::lock_guard<std::mutex> lock(mutex);
   const bool grouped = c.kv_heads_count() != c.heads;
-  std::unique_ptr<LayerDecl>& d = made[{c.norm, c.mlp, c.bias, c.rope, grouped, c.recompute}];
+  std::unique_ptr<LayerDecl>& d =
+      made[{c.norm, c.mlp, c.bias, c.rope, grouped, c.recompute, causal_products(c)}];
   if (!d) d = std::make_unique<LayerDecl>(declare(c));
   return *d;
 }

@@ -154,6 +154,11 @@ struct LayerDecl {
   Modules roles;
 };
 
+// Whether attention's two products skip the blocks above the causal diagonal (causal_matmul)
+// rather than run dense (matmul): under the causal mask, unless the planted bug
+// causal-mask-local-positions replaces it with a dense additive mask.
+bool causal_products(const LayerConfig& c);
+
 // The declaration for `c` (made once per choice of norm, mlp, bias, rope, grouped key/value heads
 // and recomputation; thread-safe).
 const LayerDecl& declaration(const LayerConfig& c);

@@ -38,6 +38,16 @@ TEST_P(OpsGradcheck, MatmulTransposeBBatchedAndShared) {
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], true); }, {q, w});
 }
 
+TEST_P(OpsGradcheck, CausalMatmulScoresAndContextAcrossBlocksWithStackedHeads) {
+  // 2 heads of 34 queries stacked (blocks of 32 and 2), 37 keys: every piece of causal_matmul.
+  const Tensor q = leaf64(ctx, {1, 68, 2}, 31, "q"), k = leaf64(ctx, {1, 37, 2}, 32, "k");
+  expect_gradients_match([](const Inputs& in) { return causal_matmul(in[0], in[1], true, 34); },
+                         {q, k});
+  const Tensor p = leaf64(ctx, {1, 68, 37}, 33, "p"), v = leaf64(ctx, {1, 37, 2}, 34, "v");
+  expect_gradients_match([](const Inputs& in) { return causal_matmul(in[0], in[1], false, 34); },
+                         {p, v});
+}
+
 TEST_P(OpsGradcheck, MatmulOnlyOneOperandRequiresGrad) {
   const Tensor a = leaf64(ctx, {3, 4}, 10, "a");
   const Tensor b = testing::const64(ctx, {4, 2}, 11);

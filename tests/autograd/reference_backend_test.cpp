@@ -78,6 +78,34 @@ TEST_P(CpuVsReference, GemmEveryTransposeBatchStrideAlphaAndBeta) {
   expect_match(gemm_case(empty_k), "gemm k = 0");
 }
 
+TEST_P(CpuVsReference, LowerTriangleOutOfPlaceAndInPlace) {
+  // Squares inside padded rows and batch strides (the diagonal blocks of causal_matmul), moved to
+  // packed squares, and zeroed above the diagonal where they are; 1 x 1 squares; more squares than
+  // the CPU backend's threads take whole.
+  for (auto [n, batch] : {std::array<std::int64_t, 2>{5, 3}, {1, 4}, {64, 37}}) {
+    TriangleDesc t;
+    t.n = n;
+    t.batch = batch;
+    t.ld_src = n + 3;
+    t.stride_src = (n + 1) * t.ld_src;
+    t.ld_dst = n;
+    t.stride_dst = n * n;
+    expect_match(
+        [t](Backend& be, Context& ctx, DType dt) {
+          const Tensor src = test_input(ctx, {t.batch * t.stride_src}, dt, 1);
+          Tensor dst = test_input(ctx, {t.batch * t.stride_dst}, dt, 2);
+          be.lower_triangle(t, dt, src.raw_data(), dst.raw_data());
+          Tensor in_place = test_input(ctx, {t.batch * t.stride_src}, dt, 3);
+          TriangleDesc same = t;
+          same.ld_dst = t.ld_src;
+          same.stride_dst = t.stride_src;
+          be.lower_triangle(same, dt, in_place.raw_data(), in_place.raw_data());
+          return NamedTensors{{"out of place", dst}, {"in place", in_place}};
+        },
+        "lower_triangle " + t.str());
+  }
+}
+
 // Sizes of the elementwise cases: odd, and above 2^15 (the CPU backend's threads split it).
 const std::int64_t kElementwiseSizes[] = {1, 7, 1000, 3 * 257 * 67};
 

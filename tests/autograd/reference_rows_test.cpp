@@ -175,6 +175,9 @@ class PlantedBugBackend final : public Backend {
   void gemm(const GemmDesc& g, DType t, const void* a, const void* b, void* c) override {
     cpu_.gemm(g, t, a, b, c);
   }
+  void lower_triangle(const TriangleDesc& g, DType t, const void* s, void* d) override {
+    cpu_.lower_triangle(g, t, s, d);
+  }
   void fill(Tensor& o, double v) override { cpu_.fill(o, v); }
   void copy(const Tensor& s, Tensor& d) override { cpu_.copy(s, d); }
   void permute(const Tensor& s, const std::vector<int>& p, Tensor& d) override {

@@ -1,8 +1,8 @@
 // Observer::on_gemm: every matrix product a step runs reaches the observers once, with the
-// descriptor the backend gets. Checked against GemmFlops, which counts the products from the ops'
-// shapes instead: a layer step's GEMMs (forward, and backward twice that) add up to three times
-// its forward FLOPs, for both presets. bench/layer_bench's BM_LayerGemms times these products
-// alone.
+// descriptor the backend gets. A layer step's GEMMs (forward, and backward twice that) add up to
+// three times its forward FLOPs (GemmFlops), for both presets; and those forward FLOPs are what the
+// ops' shapes give (2 k per output element of each product), less the blocks above the diagonal
+// that causal_matmul skips. bench/layer_bench's BM_LayerGemms times these products alone.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -72,6 +72,47 @@ TEST(GemmEvent, ALayerStepsProductsAreThreeTimesItsForwardFlops) {
     sum(layer.forward(x)).backward();
     ASSERT_GT(counted.forward(), 0.0) << model;
     EXPECT_EQ(log.flops(), 3 * counted.forward()) << model;
+  }
+}
+
+// 2 k per output element of each forward product, from the ops' shapes (as dense products).
+class ShapeFlops : public Observer {
+ public:
+  void on_op_end(const OpEvent& e) override {
+    const bool product =
+        e.site.op == "matmul" || e.site.op == "gather_matmul" || e.site.op == "causal_matmul";
+    if (e.site.phase != Phase::forward || !product || !e.inputs || !e.outputs) return;
+    const Shape& a = e.inputs->front();
+    for (const Shape& out : *e.outputs) {
+      flops += 2.0 * static_cast<double>(a[a.rank() - 1]) * static_cast<double>(out.numel());
+    }
+  }
+  double flops = 0;
+};
+
+TEST(GemmEvent, ForwardFlopsAreTheOpsShapesLessTheBlocksAboveTheDiagonal) {
+  for (bool causal : {false, true}) {
+    LayerConfig c;
+    c.seq = 80;  // causal_matmul's blocks: 32, 32 and 16 queries
+    c.batch = 2;
+    c.hidden = 24;
+    c.heads = 2;
+    c.causal = causal;
+    c.validate();
+    Context ctx(0);
+    TransformerLayer layer(c, make_layer_weights(ctx, c));
+    const Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
+    GemmFlops counted;
+    ShapeFlops shapes;
+    ObserverGuard count(ctx, counted);
+    ObserverGuard attach(ctx, shapes);
+    layer.forward(x);
+    // Query block i sees the keys up to its end: 32 x 32 + 32 x 64 + 16 x 80 of the 80 x 80 pairs,
+    // in each of the two products (scores, context) of every head, 2 d FLOPs per pair.
+    const double skipped_pairs = causal ? 80.0 * 80 - (32 * 32 + 32 * 64 + 16 * 80) : 0.0;
+    const double skipped = 2 * 2.0 * static_cast<double>(c.head_dim()) * skipped_pairs *
+                           static_cast<double>(c.batch * c.heads);
+    EXPECT_EQ(counted.forward(), shapes.flops - skipped) << "causal " << causal;
   }
 }
 

@@ -149,10 +149,12 @@ void build_boxes(const Snapshot& s, const std::vector<int>& ranks, const TimeAxi
     const double end = shown_end(e, s.now_us);
     if (lane < 0 || end < axis.begin || e.ts_us > axis.end) continue;  // culled
     const Rect& r = v.lanes[static_cast<std::size_t>(lane)];
-    // At the right edge the footprint grows leftwards, so it stays kFoldPixels wide.
-    const float x0 = std::max(axis.x0, std::min(axis.x(e.ts_us), axis.x1 - theme::kFoldPixels));
-    const float true_x1 = std::min(axis.x1, axis.x(end));
-    const float x1 = std::max(true_x1, std::min(axis.x1, x0 + theme::kFoldPixels));
+    // At the right edge, the lane's end or the cursor (nothing is drawn after now), the
+    // footprint grows leftwards, so it stays kFoldPixels wide.
+    const float right = std::min(axis.x1, axis.x(s.now_us));
+    const float x0 = std::max(axis.x0, std::min(axis.x(e.ts_us), right - theme::kFoldPixels));
+    const float true_x1 = std::min(right, axis.x(end));
+    const float x1 = std::max(true_x1, std::min(right, x0 + theme::kFoldPixels));
     const bool open = e.ts_us + e.dur_us > s.now_us;
     std::vector<PendingBox>& boxes = lanes[static_cast<std::size_t>(lane)];
     if (!boxes.empty() && x0 < boxes.back().box.rect.x1) {  // fold
