@@ -32,8 +32,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
-  // Memory: allocate returns zeroed memory.
+  // Memory: allocate returns zeroed memory; allocate_uninitialized memory of any content, for an
+  // op's output that the op writes whole (ops_detail::new_output). A backend that cannot skip the
+  // zeroing keeps this default.
   virtual void* allocate(std::size_t bytes) = 0;
+  virtual void* allocate_uninitialized(std::size_t bytes) { return allocate(bytes); }
   virtual void deallocate(void* data, std::size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;

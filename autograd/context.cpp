@@ -125,9 +125,10 @@ std::string Context::where(std::string_view op) const {
   return format_where(op, scope_, layer_, phase_, rank_);
 }
 
-std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category) {
+std::shared_ptr<Storage> Context::allocate(std::size_t bytes, MemoryCategory category,
+                                           bool zeroed) {
   try {
-    return std::make_shared<Storage>(*this, bytes, category);
+    return std::make_shared<Storage>(*this, bytes, category, zeroed);
   } catch (const OutOfMemoryError& e) {  // the backend named the bytes and the device
     throw OutOfMemoryError(std::string(e.what()) + " in " + where(current_op_));
   }

@@ -73,7 +73,7 @@ class Context {
 
   // Allocates zero-initialised memory on this context's device and reports it to observers. A
   // backend's OutOfMemoryError comes back with the current op added ("... in op 'matmul' ...").
-  std::shared_ptr<Storage> allocate(std::size_t bytes, MemoryCategory category);
+  std::shared_ptr<Storage> allocate(std::size_t bytes, MemoryCategory category, bool zeroed = true);
 
  private:
   int rank_;

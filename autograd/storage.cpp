@@ -6,9 +6,9 @@
 
 namespace shardscope {
 
-Storage::Storage(Context& ctx, std::size_t bytes, MemoryCategory category)
+Storage::Storage(Context& ctx, std::size_t bytes, MemoryCategory category, bool zeroed)
     : ctx_(ctx), bytes_(bytes), id_(ctx.next_storage_id()), category_(category) {
-  data_ = ctx.backend().allocate(bytes);
+  data_ = zeroed ? ctx.backend().allocate(bytes) : ctx.backend().allocate_uninitialized(bytes);
   if (ctx_.observed()) {
     const StorageEvent e = event();
     ctx_.notify([&](Observer& o) { o.on_alloc(e); });

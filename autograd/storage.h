@@ -13,7 +13,8 @@ class Context;
 
 class Storage {
  public:
-  Storage(Context& ctx, std::size_t bytes, MemoryCategory category);
+  // zeroed: Backend::allocate; else Backend::allocate_uninitialized.
+  Storage(Context& ctx, std::size_t bytes, MemoryCategory category, bool zeroed = true);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

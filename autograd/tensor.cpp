@@ -65,15 +65,25 @@ std::vector<unsigned char> to_host_bytes(const std::vector<double>& values, DTyp
 
 }  // namespace
 
-Tensor Tensor::empty(Context& ctx, const Shape& shape, DType dtype) {
+namespace {
+std::shared_ptr<TensorImpl> allocated(Context& ctx, const Shape& shape, DType dtype, bool zeroed) {
   check_shape(shape, dtype);
   auto impl = std::make_shared<TensorImpl>();
   impl->ctx = &ctx;
   impl->shape = shape;
   impl->dtype = dtype;
   impl->storage = ctx.allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype),
-                               default_category(ctx));
-  return Tensor(std::move(impl));
+                               default_category(ctx), zeroed);
+  return impl;
+}
+}  // namespace
+
+Tensor Tensor::empty(Context& ctx, const Shape& shape, DType dtype) {
+  return Tensor(allocated(ctx, shape, dtype, true));
+}
+
+Tensor Tensor::uninitialized(Context& ctx, const Shape& shape, DType dtype) {
+  return Tensor(allocated(ctx, shape, dtype, false));
 }
 
 Tensor Tensor::zeros(Context& ctx, const Shape& shape, DType dtype) {

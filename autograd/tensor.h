@@ -26,6 +26,9 @@ class Tensor {
   static Tensor empty(Context& ctx, const Shape& shape, DType dtype = DType::f32);
   static Tensor zeros(Context& ctx, const Shape& shape, DType dtype = DType::f32);
   static Tensor full(Context& ctx, const Shape& shape, double value, DType dtype = DType::f32);
+  // Memory of any content (Backend::allocate_uninitialized), for an op's output that it writes
+  // whole; reported like the others.
+  static Tensor uninitialized(Context& ctx, const Shape& shape, DType dtype);
   // Copies values (row-major) into a new tensor; the count must equal the shape's numel.
   static Tensor from_vector(Context& ctx, const Shape& shape, const std::vector<double>& values,
                             DType dtype = DType::f32);

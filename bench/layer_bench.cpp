@@ -9,6 +9,11 @@
 //                              through Observer::on_gemm, run again with the same descriptors,
 //                              backend and threads): BM_LayerStep / BM_LayerGemms is how far the
 //                              step is from its GEMM-only bound;
+//   BM_LayerTraffic/s/b/h/a/g  the step's other ops (all but its matrix products) as copies of
+//                              what each reads and writes (its events' tensors), op after op, with
+//                              the backend's copy: what op-by-op execution costs at the machine's
+//                              copy speed, so that (gemm-only + this) / gemm-only is the least
+//                              step/gemm an unfused step can reach (counters: ops, MB moved);
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
@@ -32,10 +37,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -144,6 +151,78 @@ void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
                          benchmark::Counter::kIs1000);
+}
+
+// The bytes each op of a step other than its matrix products reads and writes, as its events
+// name the tensors: a forward op's inputs and outputs, a backward node's gradients in and out.
+// What a backward reads from what its op saved is not named, and views (reshape) move nothing, so
+// this is at most what the ops move.
+class OpTraffic : public Observer {
+ public:
+  void on_op_begin(const OpEvent& e) override {
+    moving_ = !is_product(e.site.op) && e.site.op != "reshape";
+    if (moving_) bytes_ = tensor_bytes(e.input_tensors);
+  }
+  void on_op_end(const OpEvent& e) override {
+    if (!moving_) return;
+    moves.push_back(bytes_ + tensor_bytes(e.output_tensors));
+    moving_ = false;
+  }
+  std::vector<std::size_t> moves;  // per op, in order
+
+ private:
+  static bool is_product(std::string_view op) {
+    return op == "matmul" || op == "causal_matmul" || op == "gather_matmul";
+  }
+  static std::size_t tensor_bytes(const std::vector<Tensor>* tensors) {
+    std::size_t n = 0;
+    if (tensors) {
+      for (const Tensor& t : *tensors) n += t.defined() ? t.bytes() : 0;
+    }
+    return n;
+  }
+  bool moving_ = false;
+  std::size_t bytes_ = 0;
+};
+
+// The step's other ops at the speed of a copy: one step's ops are recorded (OpTraffic), then each
+// iteration copies, op after op, half of what each op reads and writes (a copy of n bytes reads n
+// and writes n) with the backend's own threaded copy, between buffers of that size. Step - gemm-
+// only can be no less than this while every op reads its inputs from memory and writes its
+// outputs there, which is what running op by op does.
+void BM_LayerTraffic(benchmark::State& state, Device device, LayerChoice choice) {
+  const LayerConfig c = layer_config(state, choice);
+  Context ctx(0, device);
+  OpTraffic traffic;
+  {
+    TransformerLayer layer(c, make_layer_weights(ctx, c));
+    Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+    ObserverGuard record(ctx, traffic);
+    sum(layer.forward(x)).backward();
+  }
+  std::map<std::size_t, std::pair<Tensor, Tensor>> buffers;  // by copy size
+  double total = 0;
+  for (std::size_t moved : traffic.moves) {
+    const std::size_t n = std::max<std::size_t>(moved / 2, 1);
+    total += static_cast<double>(moved);
+    if (!buffers.count(n)) {
+      const Shape shape{static_cast<std::int64_t>(n)};
+      buffers.emplace(n, std::make_pair(Tensor::zeros(ctx, shape, DType::u8),
+                                        Tensor::zeros(ctx, shape, DType::u8)));
+    }
+  }
+  Backend& backend = ctx.backend();
+  for (auto _ : state) {
+    for (std::size_t moved : traffic.moves) {
+      auto& [from, to] = buffers.at(std::max<std::size_t>(moved / 2, 1));
+      backend.copy(from, to);
+    }
+    unsigned char first = 0;
+    backend.copy_to_host(&first, buffers.begin()->second.second.raw_data(), 1);
+    benchmark::DoNotOptimize(first);
+  }
+  state.counters["ops"] = static_cast<double>(traffic.moves.size());
+  state.counters["MB"] = total / 1e6;
 }
 
 double median(std::vector<double> v) {
@@ -281,6 +360,10 @@ void register_benchmarks(const BenchFlags& flags) {
       benchmark::RegisterBenchmark("BM_LayerGemms", BM_LayerGemms, flags.device, flags.layer);
   for (const auto& shape : shapes) gemms->Args(shape);
   gemms->ArgNames({"s", "b", "h", "a", "g"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  auto* traffic =
+      benchmark::RegisterBenchmark("BM_LayerTraffic", BM_LayerTraffic, flags.device, flags.layer);
+  for (const auto& shape : shapes) traffic->Args(shape);
+  traffic->ArgNames({"s", "b", "h", "a", "g"})->Unit(benchmark::kMillisecond)->UseRealTime();
   if (flags.device.kind != DeviceKind::cpu) return;
   // Not the largest shape: its 267 events a step cost about 0.2 ms of a 2 s step, far below the
   // step-to-step spread of two steps in a row on a shared machine.

@@ -155,6 +155,22 @@ void* CpuBackend::allocate(std::size_t bytes) {
   return p;
 }
 
+void* CpuBackend::allocate_uninitialized(std::size_t bytes) {
+  static const bool poison = [] {
+    const char* choice = std::getenv("SHARDSCOPE_POISON_UNINITIALIZED");
+    return choice && std::strcmp(choice, "1") == 0;
+  }();
+  void* p = nullptr;
+  if (cache_ && bytes >= kCachedBlockBytes) {
+    p = cache_->allocate(bytes);
+  } else {
+    p = std::malloc(bytes ? bytes : 1);
+    if (!p) throw OutOfMemoryError(out_of_host_memory(bytes));
+  }
+  if (poison) std::memset(p, 0xff, bytes);
+  return p;
+}
+
 void CpuBackend::deallocate(void* data, std::size_t bytes) {
   if (cache_ && bytes >= kCachedBlockBytes) return cache_->deallocate(data, bytes);
   std::free(data);

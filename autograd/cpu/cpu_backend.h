@@ -34,6 +34,10 @@ class CpuBackend final : public Backend {
   AllocatorStats cache_stats() const;
 
   void* allocate(std::size_t bytes) override;
+  // Not zeroed; filled with 0xff bytes (NaN in every floating dtype) when the environment sets
+  // SHARDSCOPE_POISON_UNINITIALIZED=1, as the test presets do, so that an op reading what it
+  // did not write shows as NaN.
+  void* allocate_uninitialized(std::size_t bytes) override;
   void deallocate(void* data, std::size_t bytes) override;
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;

@@ -68,11 +68,14 @@ void submit_gemm(Context& ctx, const GemmDesc& d, DType dtype, const void* a, co
   ctx.backend().gemm(d, dtype, a, b, c);
 }
 
-// C = op(A) op(B) per batch entry into a freshly allocated (zeroed) C; a shared B has stride 0.
-// An empty product (a zero m, n, k or batch) leaves C at zero, which is its value.
+// C = op(A) op(B) per batch entry into a new C (ops_detail::new_tensor: written whole); a shared
+// B has stride 0. An empty product (a zero m, n, k or batch) is C = 0.
 void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
               std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b) {
-  if (m == 0 || n == 0 || k == 0 || batch == 0) return;
+  if (m == 0 || n == 0 || k == 0 || batch == 0) {
+    if (c.numel() > 0) c.ctx().backend().fill(c, 0.0);
+    return;
+  }
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
   if (shared_b) d.stride_b = 0;
@@ -97,7 +100,8 @@ std::int64_t causal_block(std::int64_t queries) {
   return std::min(queries, (std::max<std::int64_t>(32, eighth) + 15) / 16 * 16);
 }
 
-// C = op(A) op(B) per batch entry under `cs`, into a freshly allocated (zeroed) C, as pieces of the
+// C = op(A) op(B) per batch entry under `cs`, into a new C (zeroed when cs.masked_c: the keys
+// after each block's square are never written; else written whole), as pieces of the
 // dense product: for each block of queries, the keys before the block's diagonal square are a
 // plain product and the square goes through Backend::lower_triangle (C's square zeroed above the
 // diagonal after its product; A's square copied, zeroed above it, into a scratch first). Keys after
@@ -235,7 +239,9 @@ std::vector<Tensor> causal_matmul_backward(Node& node, const std::vector<Tensor>
   const Tensor& dc = grads[0];
   Tensor da, db;
   if (node.needs_input_grad(0)) {
-    da = ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
+    // The probabilities' gradient is score-shaped: zeros above the diagonal, never written.
+    da = transpose_b ? ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype())
+                     : Tensor::zeros(dc.ctx(), node.input_shapes[0], dc.dtype());
     CausalShape shape = cs;
     // Scores: dA = dC B, dC score-shaped. Probabilities: dA = dC V^T, dA score-shaped.
     shape.masked_c = !transpose_b;
@@ -331,7 +337,9 @@ Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::in
   }
   cs.periods = p.m / queries;
   cs.block = causal_block(queries);
-  Tensor c = ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
+  // The scores are 0 above the diagonal, where they are never written.
+  Tensor c = transpose_b ? Tensor::zeros(r.ctx(), p.out_shape, a.dtype())
+                         : ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
   run_causal_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, cs);
   if (r.needs_grad()) {
     Node& node = r.record([p, transpose_b, cs](Node& n, const std::vector<Tensor>& g) {

@@ -178,11 +178,11 @@ bool is_suffix(const Shape& suffix, const Shape& full) {
 }
 
 Tensor new_like(const Tensor& like) {
-  return Tensor::empty(like.ctx(), like.shape(), like.dtype());
+  return Tensor::uninitialized(like.ctx(), like.shape(), like.dtype());
 }
 
 Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype) {
-  return Tensor::empty(ctx, shape, dtype);
+  return Tensor::uninitialized(ctx, shape, dtype);
 }
 
 }  // namespace shardscope::ops_detail

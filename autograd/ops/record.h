@@ -65,7 +65,9 @@ Tensor linear_values(const Tensor& x, const Tensor& w);        // x w: [..., out
 Tensor linear_grad_input(const Tensor& dy, const Tensor& w);   // dy w^T: [..., in]
 Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);  // x^T dy: [in, out]
 
-// A new tensor in the op's context with `like`'s shape and dtype (or the given ones).
+// A new tensor in the op's context with `like`'s shape and dtype (or the given ones), for an
+// output the op writes whole: its memory starts with any content (Tensor::uninitialized; NaN
+// under the test presets). An output the op writes only in part is Tensor::zeros.
 Tensor new_like(const Tensor& like);
 Tensor new_tensor(Context& ctx, const Shape& shape, DType dtype);
 

@@ -2,7 +2,9 @@
 // against the f64 ones, on every backend (the cuda instances skip, naming what is missing, without
 // a CUDA device).
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 
 #include "tests/autograd/autograd_testing.h"
 #include "tests/backend_testing.h"
@@ -37,6 +39,28 @@ TEST_P(OpsForward, CausalSoftmaxZeroesFutureKeysAndNormalisesTheRest) {
         EXPECT_NEAR(y[row * sk + j], want, kF64Tol) << "row " << row << " key " << j;
       }
     }
+  }
+}
+
+TEST_P(OpsForward, AProductWithAnEmptyInnerDimIsZero) {
+  // Op outputs start as any content (NaN under the test presets: Tensor::uninitialized); a
+  // product over k = 0 computes nothing and must still write its zeros.
+  const Tensor a = Tensor::randn(ctx, {3, 0}, 1), b = Tensor::randn(ctx, {0, 4}, 2);
+  for (double v : matmul(a, b).to_vector()) EXPECT_EQ(v, 0.0);
+  const Tensor q = Tensor::randn(ctx, {2, 3, 0}, 3), k = Tensor::randn(ctx, {2, 3, 0}, 4);
+  for (double v : causal_matmul(q, k, true, 3).to_vector()) EXPECT_EQ(v, 0.0);
+}
+
+TEST(UninitializedMemory, IsNaNUnderTheTestPresets) {
+  // What the check above relies on: the test presets set SHARDSCOPE_POISON_UNINITIALIZED=1.
+  const char* poison = std::getenv("SHARDSCOPE_POISON_UNINITIALIZED");
+  if (!poison || std::string(poison) != "1") {
+    GTEST_SKIP() << "SHARDSCOPE_POISON_UNINITIALIZED is not 1 (ctest --preset default sets it)";
+  }
+  Context ctx(0);
+  for (const Shape& shape : {Shape{7}, Shape{1 << 19}}) {  // below and above the cached blocks
+    const Tensor t = Tensor::uninitialized(ctx, shape, DType::f32);
+    for (double v : t.to_vector()) ASSERT_TRUE(std::isnan(v));
   }
 }
 
