@@ -20,7 +20,8 @@ inline float exp_float(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
-  const float c = x < kLow ? kLow : (x > kHigh ? kHigh : x);
+  // Clamped, NaN as 0 (so that every conversion below is defined); both restored at the end.
+  const float c = x < kLow ? kLow : (x > kHigh ? kHigh : (x == x ? x : 0.0f));
   const float n = (c * kLog2e + kRound) - kRound;  // round(c / ln2), in [-150, 128]
   const float r = (c - n * kLn2High) - n * kLn2Low;
   float p = 1.9875691500e-4f;
@@ -32,7 +33,8 @@ inline float exp_float(float x) {
   p = p * r * r + r + 1.0f;
   // 2^n = 2^half 2^(n - half), each a normal float for n in [-150, 128].
   const std::int32_t whole = static_cast<std::int32_t>(n), half = whole / 2;
-  const std::int32_t bits1 = (half + 127) << 23, bits2 = (whole - half + 127) << 23;
+  const std::uint32_t bits1 = static_cast<std::uint32_t>(half + 127) << 23;
+  const std::uint32_t bits2 = static_cast<std::uint32_t>(whole - half + 127) << 23;
   float scale1, scale2;
   std::memcpy(&scale1, &bits1, sizeof scale1);
   std::memcpy(&scale2, &bits2, sizeof scale2);
