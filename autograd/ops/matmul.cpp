@@ -145,28 +145,30 @@ void run_causal_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor&
     from_scratch.lda = block;
     from_scratch.stride_a = block * block;
   }
-  auto square_of_a = [&](std::int64_t at_offset, std::int64_t side) {
+  // side x side squares of every batch entry, src's lower triangle to dst, 0 above it.
+  auto triangle = [&](std::int64_t side, const void* src, std::int64_t ld_src,
+                      std::int64_t stride_src, void* dst, std::int64_t ld_dst,
+                      std::int64_t stride_dst) {
     TriangleDesc t;
     t.n = side;
     t.batch = batch;
-    t.ld_src = full.lda;
-    t.stride_src = full.stride_a;
-    t.ld_dst = block;
-    t.stride_dst = block * block;
-    ctx.backend().lower_triangle(t, dtype, at(pa, at_offset), scratch.raw_data());
+    t.ld_src = ld_src;
+    t.stride_src = stride_src;
+    t.ld_dst = ld_dst;
+    t.stride_dst = stride_dst;
+    ctx.backend().lower_triangle(t, dtype, src, dst);
+  };
+  auto square_of_a = [&](std::int64_t at_offset, std::int64_t side) {
+    triangle(side, at(pa, at_offset), full.lda, full.stride_a, scratch.raw_data(), block,
+             block * block);
   };
   if (cs.masked_c) {  // C [r s_q, s_k]: each block of rows up to its diagonal
     for (std::int64_t r = 0; r < cs.periods; ++r) {
       for (std::int64_t q0 = 0; q0 < cs.queries; q0 += block) {
         const std::int64_t side = std::min(block, cs.queries - q0), i0 = r * cs.queries + q0;
         piece(full, side, q0 + side + offset, k, at(pa, a_row(i0)), pb, at(pc, c_at(i0, 0)), false);
-        TriangleDesc t;
-        t.n = side;
-        t.batch = batch;
-        t.ld_src = t.ld_dst = full.ldc;
-        t.stride_src = t.stride_dst = full.stride_c;
         void* square = at(pc, c_at(i0, q0 + offset));
-        ctx.backend().lower_triangle(t, dtype, square, square);
+        triangle(side, square, full.ldc, full.stride_c, square, full.ldc, full.stride_c);
       }
     }
     return;
