@@ -12,9 +12,10 @@
 namespace shardscope {
 
 // a [..., m, k] x b [k, n] (b shared, e.g. a weight) or a [B..., m, k] x b [B..., k, n] (batched).
-// transpose_b reads b as [.., n, k] and multiplies by its transpose (Q K^T).
+// transpose_b reads b as [.., n, k] and multiplies by its transpose (Q K^T). alpha scales the
+// product inside the GEMM (attention's 1/sqrt(d), as Megatron-LM's baddbmm): no separate pass.
 // Saves a when b takes a gradient and b when a does (a parameter is kept but not counted).
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false);
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false, double alpha = 1.0);
 // Attention's batched products under softmax(x, true)'s causal mask, on score-shaped
 // [.., r s_q, s_k] matrices whose rows hold the s_q = `queries` queries of r heads one after the
 // other (r > 1 for grouped-query attention): key j is visible to query i when j <= i + s_k - s_q.
@@ -22,8 +23,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b = false);
 // scores, 0 above the diagonal. Without, a [.., r s_q, s_k] (probabilities) times b [.., s_k, d]
 // (values), a read as 0 above the diagonal. Rows go in blocks and the products above each block's
 // diagonal are not computed: about half of the dense products, forward and backward. Saves what
-// matmul saves.
-Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries);
+// matmul saves. alpha as matmul's.
+Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries,
+                     double alpha = 1.0);
 
 // a + b, where b has a's shape or a suffix of it (a bias [h] on [s, b, h]). Saves nothing.
 Tensor add(const Tensor& a, const Tensor& b);

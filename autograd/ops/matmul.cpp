@@ -68,16 +68,18 @@ void submit_gemm(Context& ctx, const GemmDesc& d, DType dtype, const void* a, co
   ctx.backend().gemm(d, dtype, a, b, c);
 }
 
-// C = op(A) op(B) per batch entry into a new C (ops_detail::new_tensor: written whole); a shared
-// B has stride 0. An empty product (a zero m, n, k or batch) is C = 0.
+// C = alpha op(A) op(B) per batch entry into a new C (ops_detail::new_tensor: written whole); a
+// shared B has stride 0. An empty product (a zero m, n, k or batch) is C = 0.
 void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
-              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b) {
+              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b,
+              double alpha = 1.0) {
   if (m == 0 || n == 0 || k == 0 || batch == 0) {
     if (c.numel() > 0) c.ctx().backend().fill(c, 0.0);
     return;
   }
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
+  d.alpha = alpha;
   if (shared_b) d.stride_b = 0;
   submit_gemm(c.ctx(), d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
 }
@@ -100,20 +102,22 @@ std::int64_t causal_block(std::int64_t queries) {
   return std::min(queries, (std::max<std::int64_t>(32, eighth) + 15) / 16 * 16);
 }
 
-// C = op(A) op(B) per batch entry under `cs`, into a new C (zeroed when cs.masked_c: the keys
+// C = alpha op(A) op(B) per batch entry under `cs`, into a new C (zeroed when cs.masked_c: the keys
 // after each block's square are never written; else written whole), as pieces of the
 // dense product: for each block of queries, the keys before the block's diagonal square are a
 // plain product and the square goes through Backend::lower_triangle (C's square zeroed above the
 // diagonal after its product; A's square copied, zeroed above it, into a scratch first). Keys after
 // the square are skipped: their C stays 0, their A is not read.
 void run_causal_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
-                     std::int64_t n, std::int64_t k, std::int64_t batch, const CausalShape& cs) {
+                     std::int64_t n, std::int64_t k, std::int64_t batch, const CausalShape& cs,
+                     double alpha) {
   if (m == 0 || n == 0 || k == 0 || batch == 0) return;
   Context& ctx = c.ctx();
   const DType dtype = c.dtype();
   const std::size_t es = dtype_size(dtype);
   GemmDesc full = GemmDesc::packed(m, n, k, ta, tb);
   full.batch = batch;
+  full.alpha = alpha;
   const auto* pa = static_cast<const unsigned char*>(a.raw_data());
   const auto* pb = static_cast<const unsigned char*>(b.raw_data());
   auto* pc = static_cast<unsigned char*>(c.raw_data());
@@ -210,24 +214,24 @@ void run_causal_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor&
 }
 
 std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads,
-                                    const MatmulPlan& p, bool transpose_b) {
+                                    const MatmulPlan& p, bool transpose_b, double alpha) {
   const Tensor& a = node.saved(0);
   const Tensor& b = node.saved(1);
   const Tensor& dc = grads[0];  // [..., m, n]
   Tensor da, db;
   if (node.needs_input_grad(0)) {
-    // dA = dC op(B)^T: [m, n] x [n, k]
+    // dA = alpha dC op(B)^T: [m, n] x [n, k]
     da = ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
-    run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b);
+    run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b, alpha);
   }
   if (node.needs_input_grad(1)) {
     db = ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
     if (!transpose_b) {
-      // dB = A^T dC: [k, m] x [m, n]; a shared B sums over every row of the batch.
-      run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false);
+      // dB = alpha A^T dC: [k, m] x [m, n]; a shared B sums over every row of the batch.
+      run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false, alpha);
     } else {
-      // B holds [n, k]: dB = dC^T A: [n, m] x [m, k]
-      run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false);
+      // B holds [n, k]: dB = alpha dC^T A: [n, m] x [m, k]
+      run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false, alpha);
     }
   }
   return {da, db};
@@ -235,7 +239,8 @@ std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads
 
 // causal_matmul's backward: matmul's, each product with its score-shaped operand as in forward.
 std::vector<Tensor> causal_matmul_backward(Node& node, const std::vector<Tensor>& grads,
-                                           const MatmulPlan& p, bool transpose_b, CausalShape cs) {
+                                           const MatmulPlan& p, bool transpose_b, CausalShape cs,
+                                           double alpha) {
   const Tensor& a = node.saved(0);
   const Tensor& b = node.saved(1);
   const Tensor& dc = grads[0];
@@ -247,16 +252,16 @@ std::vector<Tensor> causal_matmul_backward(Node& node, const std::vector<Tensor>
     CausalShape shape = cs;
     // Scores: dA = dC B, dC score-shaped. Probabilities: dA = dC V^T, dA score-shaped.
     shape.masked_c = !transpose_b;
-    run_causal_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, shape);
+    run_causal_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, shape, alpha);
   }
   if (node.needs_input_grad(1)) {
     db = ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
     CausalShape shape = cs;
     shape.masked_c = false;
     if (transpose_b) {  // dK = dC^T Q
-      run_causal_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, shape);
+      run_causal_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, shape, alpha);
     } else {  // dV = P^T dC
-      run_causal_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, shape);
+      run_causal_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, shape, alpha);
     }
   }
   return {da, db};
@@ -293,17 +298,17 @@ Tensor linear_grad_weight(const Tensor& x, const Tensor& dy) {
 
 }  // namespace ops_detail
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b, double alpha) {
   OpRecord r("matmul", {a, b});
   ops_detail::check_floating(r, a, "a");
   ops_detail::check_floating(r, b, "b");
   ops_detail::check_same_dtype(r, a, b);
   const MatmulPlan p = plan_matmul(r, a.shape(), b.shape(), transpose_b);
   Tensor c = ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
-  run_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, p.shared_b);
+  run_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, p.shared_b, alpha);
   if (r.needs_grad()) {
-    Node& node = r.record([p, transpose_b](Node& n, const std::vector<Tensor>& g) {
-      return matmul_backward(n, g, p, transpose_b);
+    Node& node = r.record([p, transpose_b, alpha](Node& n, const std::vector<Tensor>& g) {
+      return matmul_backward(n, g, p, transpose_b, alpha);
     });
     // dA needs b and dB needs a: keep each only when the other operand takes a gradient.
     node.save(node.needs_input_grad(1) ? a : Tensor());
@@ -316,7 +321,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
 
 namespace shardscope {
 
-Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries) {
+Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::int64_t queries,
+                     double alpha) {
   OpRecord r("causal_matmul", {a, b});
   ops_detail::check_floating(r, a, "a");
   ops_detail::check_floating(r, b, "b");
@@ -342,10 +348,10 @@ Tensor causal_matmul(const Tensor& a, const Tensor& b, bool transpose_b, std::in
   // The scores are 0 above the diagonal, where they are never written.
   Tensor c = transpose_b ? Tensor::zeros(r.ctx(), p.out_shape, a.dtype())
                          : ops_detail::new_tensor(r.ctx(), p.out_shape, a.dtype());
-  run_causal_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, cs);
+  run_causal_gemm(a, false, b, transpose_b, c, p.m, p.n, p.k, p.batch, cs, alpha);
   if (r.needs_grad()) {
-    Node& node = r.record([p, transpose_b, cs](Node& n, const std::vector<Tensor>& g) {
-      return causal_matmul_backward(n, g, p, transpose_b, cs);
+    Node& node = r.record([p, transpose_b, cs, alpha](Node& n, const std::vector<Tensor>& g) {
+      return causal_matmul_backward(n, g, p, transpose_b, cs, alpha);
     });
     node.save(node.needs_input_grad(1) ? a : Tensor());
     node.save(node.needs_input_grad(0) ? b : Tensor());

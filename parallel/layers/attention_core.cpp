@@ -103,16 +103,16 @@ Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t firs
   const std::int64_t groups = qkv.k.dim(1), r = heads / groups;
   // Under the causal mask the products skip the blocks above the diagonal (causal_matmul).
   const bool causal = decl::causal_products(config);
-  auto product = [&](const Tensor& x, const Tensor& y, bool transpose_y) {
-    return causal ? causal_matmul(x, y, transpose_y, s) : matmul(x, y, transpose_y);
+  auto product = [&](const Tensor& x, const Tensor& y, bool transpose_y, double alpha) {
+    return causal ? causal_matmul(x, y, transpose_y, s, alpha) : matmul(x, y, transpose_y, alpha);
   };
   Tensor scores;
   {
     ScopeGuard scope(ctx, m.scores.scope);
     const Tensor q = r == 1 ? qkv.q : reshape(qkv.q, {b, groups, r * s, d});
-    scores = product(q, qkv.k, /*transpose_y=*/true);
+    // q k^T / sqrt(d), the scale applied inside the GEMM.
+    scores = product(q, qkv.k, /*transpose_y=*/true, 1.0 / std::sqrt(width));
     if (r != 1) scores = reshape(scores, {b, heads, s, qkv.k.dim(2)});
-    scores = scale(scores, 1.0 / std::sqrt(width));
   }
   Tensor probs;
   {
@@ -128,8 +128,9 @@ Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t firs
   probs = layer_dropout(config, m.attn_dropout, probs,
                         Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
   ScopeGuard scope(ctx, m.context.scope);
-  if (r == 1) return product(probs, qkv.v, false);
-  const Tensor grouped = product(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v, false);
+  if (r == 1) return product(probs, qkv.v, false, 1.0);
+  const Tensor grouped =
+      product(reshape(probs, {b, groups, r * s, probs.dim(3)}), qkv.v, false, 1.0);
   return reshape(grouped, {b, heads, s, d});
 }
 

@@ -67,7 +67,8 @@ struct Results {
   Tensor out, da, db;
 };
 
-Results run(Context& ctx, const Case& c, bool scores, DType dtype, bool causal, double nan_above) {
+Results run(Context& ctx, const Case& c, bool scores, DType dtype, bool causal, double nan_above,
+            double alpha) {
   const std::int64_t batch = 2, rows = c.periods * c.queries;
   const Shape a_shape = scores ? Shape{batch, rows, c.width} : Shape{batch, rows, c.keys};
   std::vector<double> a_values = Tensor::randn(ctx, a_shape, 11, 1.0, DType::f64).to_vector();
@@ -85,9 +86,9 @@ Results run(Context& ctx, const Case& c, bool scores, DType dtype, bool causal, 
   const Tensor mask = mask_of(ctx, c, dtype);
   Tensor out;
   if (causal) {
-    out = causal_matmul(a, b, scores, c.queries);
+    out = causal_matmul(a, b, scores, c.queries, alpha);
   } else {
-    out = scores ? mul(matmul(a, b, true), mask) : matmul(mul(a, mask), b);
+    out = scale(scores ? mul(matmul(a, b, true), mask) : matmul(mul(a, mask), b), alpha);
   }
   Tensor w = Tensor::randn(ctx, out.shape(), 13, 1.0, dtype);
   if (scores && nan_above != 0) {  // the upstream gradient above the diagonal: never read
@@ -106,9 +107,9 @@ Results run(Context& ctx, const Case& c, bool scores, DType dtype, bool causal, 
 class CausalMatmul : public testing::BackendTest {
  protected:
   void expect_matches(const Case& c, bool scores, DType dtype, double tolerance,
-                      double nan_above = 0) {
-    const Results got = run(ctx, c, scores, dtype, true, nan_above);
-    const Results want = run(ctx, c, scores, DType::f64, false, nan_above);
+                      double nan_above = 0, double alpha = 1.0) {
+    const Results got = run(ctx, c, scores, dtype, true, nan_above, alpha);
+    const Results want = run(ctx, c, scores, DType::f64, false, nan_above, alpha);
     const std::string where = std::string(scores ? "scores" : "context") +
                               " s_q=" + std::to_string(c.queries) +
                               " s_k=" + std::to_string(c.keys) + " r=" + std::to_string(c.periods) +
@@ -126,6 +127,13 @@ const std::vector<Case> kCases = {
 TEST_P(CausalMatmul, EqualsTheDenseProductUnderTheMaskForwardAndBackward) {
   for (const Case& c : kCases) {
     for (bool scores : {true, false}) expect_matches(c, scores, DType::f64, 1e-13);
+  }
+}
+
+TEST_P(CausalMatmul, ScalesTheProductAndBothGradientsByAlpha) {
+  // alpha (attention's 1/sqrt(d)) goes into every GEMM piece, forward and backward.
+  for (const Case& c : {kCases[0], kCases[1]}) {
+    for (bool scores : {true, false}) expect_matches(c, scores, DType::f64, 1e-13, 0, 0.37);
   }
 }
 

@@ -38,6 +38,18 @@ TEST_P(OpsGradcheck, MatmulTransposeBBatchedAndShared) {
   expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], true); }, {q, w});
 }
 
+TEST_P(OpsGradcheck, MatmulScaledInsideTheGemm) {
+  // alpha in forward and in both gradients, shared and batched b.
+  const Tensor q = leaf64(ctx, {2, 3, 4}, 35, "q"), k = leaf64(ctx, {2, 5, 4}, 36, "k");
+  expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], true, 0.37); }, {q, k});
+  const Tensor x = leaf64(ctx, {3, 2, 4}, 37, "x"), w = leaf64(ctx, {4, 5}, 38, "w");
+  expect_gradients_match([](const Inputs& in) { return matmul(in[0], in[1], false, -1.5); },
+                         {x, w});
+  const Tensor q2 = leaf64(ctx, {1, 68, 2}, 39, "q"), k2 = leaf64(ctx, {1, 37, 2}, 40, "k");
+  expect_gradients_match(
+      [](const Inputs& in) { return causal_matmul(in[0], in[1], true, 34, 0.37); }, {q2, k2});
+}
+
 TEST_P(OpsGradcheck, CausalMatmulScoresAndContextAcrossBlocksWithStackedHeads) {
   // 2 heads of 34 queries stacked (blocks of 32 and 2), 37 keys: every piece of causal_matmul.
   const Tensor q = leaf64(ctx, {1, 68, 2}, 31, "q"), k = leaf64(ctx, {1, 37, 2}, 32, "k");
