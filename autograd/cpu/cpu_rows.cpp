@@ -1,11 +1,13 @@
 // CpuBackend: reductions and the row-wise kernels (layernorm, rmsnorm, softmax, losses).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "autograd/cpu/cpu_backend.h"
 #include "autograd/cpu/dispatch.h"
+#include "autograd/cpu/exp_floats.h"
 #include "autograd/kernels/layernorm.h"
 #include "autograd/kernels/losses.h"
 #include "autograd/kernels/softmax.h"
@@ -47,6 +49,70 @@ void row_statistics(const T* x, std::int64_t h, std::int64_t rows, bool centered
 // The fewest rows worth a thread: about 16k elements.
 std::int64_t row_grain(std::int64_t row_length) {
   return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
+}
+
+// sum_j term(j) for j < n in double, over 8 lanes that the compiler keeps in vector registers
+// (the shared kernels' single chain of additions cannot vectorise): lane l sums j = l mod 8, then
+// the lanes are added in order. A fixed order, so the same bits on every run and thread count.
+template <class Term>
+double lane_sum(std::int64_t n, Term term) {
+  constexpr std::int64_t kLanes = 8;
+  double lanes[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
+  }
+  for (; j < n; ++j) lanes[j % kLanes] += term(j);
+  double total = 0.0;
+  for (double v : lanes) total += v;
+  return total;
+}
+
+// What softmax's exponentials are computed in: f64 rows in double, the others in f32.
+template <class T>
+using exp_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// One softmax row of n elements, the first `visible` unmasked (none: a row of zeros); e holds n
+// scratch values. f64: kernels::row_max, then each exp(x_j - max) in double (libm) kept for the
+// sum and the quotients, the shared kernel's arithmetic in its order. f32 and the 2-byte types:
+// max in f32 (exact), x_j - max in f32, exp by cpu::exp_floats (vectorised, within 1.5 ulp), the
+// sum in double (lane_sum), y_j = e_j (1 / sum) rounded to T. Against the double path an element
+// differs by about (|x_j - max| + 3) 2^-24 of itself: relative to the row's largest probability,
+// under 2^-24 (e^-r r <= 1/e), far inside the CPU backend's tolerance against the reference.
+template <class T>
+void softmax_row(const T* in, T* out, std::int64_t n, std::int64_t visible, exp_t<T>* e) {
+  const std::int64_t seen = std::max<std::int64_t>(visible, 0);
+  if constexpr (std::is_same_v<T, double>) {
+    const double mx = kernels::row_max(in, seen, 0, 1);
+    double total = 0.0;
+    for (std::int64_t j = 0; j < seen; ++j) total += (e[j] = std::exp(in[j] - mx));
+    for (std::int64_t j = 0; j < seen; ++j) out[j] = e[j] / total;
+  } else {
+    // The max as kernels::max_of takes it: a NaN element is passed over (and makes its own
+    // exponential, the sum and so the row NaN).
+    constexpr std::int64_t kLanes = 16;
+    float lanes[kLanes];
+    for (float& l : lanes) l = -std::numeric_limits<float>::infinity();
+    std::int64_t j = 0;
+    for (; j + kLanes <= seen; j += kLanes) {
+      for (std::int64_t l = 0; l < kLanes; ++l) {
+        const auto v = static_cast<float>(in[j + l]);
+        lanes[l] = lanes[l] < v ? v : lanes[l];
+      }
+    }
+    for (; j < seen; ++j) {
+      const auto v = static_cast<float>(in[j]);
+      lanes[j % kLanes] = lanes[j % kLanes] < v ? v : lanes[j % kLanes];
+    }
+    float mx = lanes[0];
+    for (float l : lanes) mx = mx < l ? l : mx;
+    for (std::int64_t k = 0; k < seen; ++k) e[k] = static_cast<float>(in[k]) - mx;
+    cpu::exp_floats(e, seen);
+    const auto inverse =
+        static_cast<float>(1.0 / lane_sum(seen, [&](std::int64_t k) { return double{e[k]}; }));
+    for (std::int64_t k = 0; k < seen; ++k) out[k] = static_cast<T>(e[k] * inverse);
+  }
+  for (std::int64_t j = seen; j < n; ++j) out[j] = T(0);
 }
 
 // The element type of a norm's saved mean and rstd for rows of T: f32 for the 2-byte types
@@ -221,23 +287,10 @@ void CpuBackend::softmax_forward(const Tensor& x, bool causal, Tensor& y) {
     const std::int64_t sk = row_length(x), rows = x.numel() / std::max<std::int64_t>(sk, 1);
     const std::int64_t sq = causal ? x.dim(-2) : 1;
     threads_.parallel_for(rows, row_grain(sk) / 4 + 1, [&](std::int64_t first, std::int64_t end) {
-      // kernels::row_sum_exp then kernels::softmax_write_row, with each exp(x_j - max) computed
-      // once and kept (in double, as both use it) instead of twice: the same sum in the same
-      // order and the same quotients, so the same bits.
-      std::vector<double> e(static_cast<std::size_t>(sk));
+      std::vector<exp_t<T>> e(static_cast<std::size_t>(sk));
       for (std::int64_t r = first; r < end; ++r) {
-        const T* in = x.data<T>() + r * sk;
-        T* out = y.data<T>() + r * sk;
         const std::int64_t visible = kernels::softmax_visible(r, sq, sk, causal);
-        const double mx = kernels::row_max(in, visible, 0, 1);
-        double total = 0.0;
-        for (std::int64_t j = 0; j < visible; ++j) {
-          e[static_cast<std::size_t>(j)] = std::exp(in[j] - mx);
-          total += e[static_cast<std::size_t>(j)];
-        }
-        for (std::int64_t j = 0; j < sk; ++j) {
-          out[j] = j < visible ? static_cast<T>(e[static_cast<std::size_t>(j)] / total) : T(0);
-        }
+        softmax_row(x.data<T>() + r * sk, y.data<T>() + r * sk, sk, visible, e.data());
       }
     });
   });
@@ -251,19 +304,20 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx)
       for (std::int64_t r = first; r < end; ++r) {
         const T* p = y.data<T>() + r * sk;
         const T* g = dy.data<T>() + r * sk;
-        const double dot = kernels::softmax_backward_dot(p, g, sk, 0, 1);
-        if constexpr (kernels::is_half_v<T>) {
-          // y (dy - dot) in f32, rounded once to T, where the shared row computes it in double
-          // (then rounds to odd in f32 and to T): in a loop the compiler vectorises. The two
-          // differ by f32 roundings, about 2^-24 |y dot|: below an ulp of T unless dy - dot cancels
+        T* o = dx.data<T>() + r * sk;
+        if constexpr (std::is_same_v<T, double>) {
+          kernels::softmax_backward_row(p, g, o, sk, 0, 1,
+                                        kernels::softmax_backward_dot(p, g, sk, 0, 1));
+        } else {
+          // The dot in double over interleaved lanes (lane_sum), then y (dy - dot) in f32, rounded
+          // once to T, where the shared row computes it in double: the two differ by f32
+          // roundings, about 2^-24 |y dot|, below an ulp of a 2-byte T unless dy - dot cancels
           // more than 16 bits.
-          const auto d = static_cast<float>(dot);
-          T* o = dx.data<T>() + r * sk;
+          const auto d = static_cast<float>(
+              lane_sum(sk, [&](std::int64_t j) { return static_cast<double>(p[j]) * g[j]; }));
           for (std::int64_t j = 0; j < sk; ++j) {
             o[j] = static_cast<T>(static_cast<float>(p[j]) * (static_cast<float>(g[j]) - d));
           }
-        } else {
-          kernels::softmax_backward_row(p, g, dx.data<T>() + r * sk, sk, 0, 1, dot);
         }
       }
     });
