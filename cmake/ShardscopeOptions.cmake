@@ -117,3 +117,44 @@ if(SHARDSCOPE_SANITIZE)
   add_compile_options(-fsanitize=${sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${sanitizers})
 endif()
+
+# The instruction set the CPU backend's loop files (autograd/CMakeLists.txt) are compiled for in
+# optimised builds: "native" (the default) is this machine's x86-64 level, found at configure time
+# and written out as the level it is (so that ccache never shares objects between machines of
+# different levels); x86-64, x86-64-v2, -v3 or -v4 name one; "none" leaves the compiler's default.
+# The library checks when its CPU backend is made that the CPU has the level (check_cpu_isa).
+set(SHARDSCOPE_CPU_ISA "native" CACHE STRING
+    "CPU loops' instruction set: native, x86-64, x86-64-v2, x86-64-v3, x86-64-v4 or none")
+set_property(CACHE SHARDSCOPE_CPU_ISA PROPERTY STRINGS native x86-64 x86-64-v2 x86-64-v3
+                                               x86-64-v4 none)
+set(SHARDSCOPE_CPU_LEVEL 0)  # 0: no -march flag; 1 to 4: x86-64 to x86-64-v4
+if(SHARDSCOPE_CPU_ISA STREQUAL "native")
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64)$")
+    try_run(cpu_isa_ran cpu_isa_built ${CMAKE_BINARY_DIR}/cpu_isa_probe
+            ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_probe.cpp
+            CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${PROJECT_SOURCE_DIR}"
+            CXX_STANDARD 17
+            RUN_OUTPUT_VARIABLE cpu_isa_output)
+    if(cpu_isa_built AND cpu_isa_ran EQUAL 0)
+      string(STRIP "${cpu_isa_output}" SHARDSCOPE_CPU_LEVEL)
+    else()
+      message(WARNING "shardscope: the x86-64 level probe did not run; CPU loops at the baseline")
+      set(SHARDSCOPE_CPU_LEVEL 1)
+    endif()
+  endif()
+elseif(SHARDSCOPE_CPU_ISA STREQUAL "x86-64")
+  set(SHARDSCOPE_CPU_LEVEL 1)
+elseif(SHARDSCOPE_CPU_ISA MATCHES "^x86-64-v([234])$")
+  set(SHARDSCOPE_CPU_LEVEL ${CMAKE_MATCH_1})
+elseif(NOT SHARDSCOPE_CPU_ISA STREQUAL "none")
+  message(FATAL_ERROR "SHARDSCOPE_CPU_ISA must be native, x86-64, x86-64-v2, x86-64-v3, "
+                      "x86-64-v4 or none, given '${SHARDSCOPE_CPU_ISA}'")
+endif()
+set(SHARDSCOPE_CPU_MARCH "")
+if(SHARDSCOPE_CPU_LEVEL EQUAL 1)
+  set(SHARDSCOPE_CPU_MARCH "-march=x86-64")
+elseif(SHARDSCOPE_CPU_LEVEL GREATER 1)
+  set(SHARDSCOPE_CPU_MARCH "-march=x86-64-v${SHARDSCOPE_CPU_LEVEL}")
+endif()
+message(STATUS "shardscope: CPU loops for ${SHARDSCOPE_CPU_ISA}: "
+               "'${SHARDSCOPE_CPU_MARCH}' in optimised builds")

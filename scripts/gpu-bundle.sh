@@ -63,9 +63,10 @@ fi
 case $dir/ in "$root"/ | "$build"/*) die "DIR may not be the source tree or inside the build ($dir)" ;; esac
 
 # ---- build ------------------------------------------------------------------------------------
-echo "== gpu-bundle: configure $build (Release, CUDA sm_90, MPI off, viz off, -Werror)"
+# The CPU loops for x86-64-v3 (AVX2), not this machine's level: the bundle runs on another host.
+echo "== gpu-bundle: configure $build (Release, CUDA sm_90, CPU loops x86-64-v3, MPI off, viz off, -Werror)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDSCOPE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DSHARDSCOPE_MPI=OFF -DSHARDSCOPE_VIZ=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DSHARDSCOPE_CPU_ISA=x86-64-v3 -DSHARDSCOPE_MPI=OFF -DSHARDSCOPE_VIZ=OFF \
   -DSHARDSCOPE_WERROR=ON -DSHARDSCOPE_BUILD_TESTS=ON -DSHARDSCOPE_BUILD_BENCH=ON \
   -DSHARDSCOPE_LIBEDIT=OFF >/dev/null
 echo "== gpu-bundle: build ${programs[*]} (-j $jobs)"

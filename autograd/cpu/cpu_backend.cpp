@@ -17,11 +17,9 @@
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cpu/gemm_bf16.h"
 #include "autograd/cpu/grain.h"
-#include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
 #include "autograd/kernels/half.h"
 #include "autograd/kernels/layout.h"
-#include "autograd/reference/reference_backend.h"
 
 namespace shardscope {
 
@@ -136,12 +134,6 @@ bool CpuBackend::caches_blocks() {
 
 AllocatorStats CpuBackend::cache_stats() const {
   return cache_ ? cache_->stats() : AllocatorStats{};
-}
-
-std::unique_ptr<Backend> make_backend(Device device) {
-  if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>();
-  if (device.kind == DeviceKind::reference) return make_reference_backend();
-  return make_cuda_backend(device.index);
 }
 
 void* CpuBackend::allocate(std::size_t bytes) {

@@ -17,4 +17,10 @@ bool cpu_has_avx512f();
 // AVX512F as above and AVX512_BF16 (vdpbf16ps).
 bool cpu_has_avx512_bf16();
 
+// Throws StateError when the CPU backend's loops, compiled for x86-64 level `built_level`
+// (SHARDSCOPE_CPU_ISA; 0 or 1: the baseline, nothing to check), would meet a CPU of a lower
+// `cpu_level` (x86_level.h; 0 off x86-64). make_backend calls it before it makes a CPU backend;
+// the message says which SHARDSCOPE_CPU_ISA this CPU needs.
+void check_cpu_isa(int built_level, int cpu_level);
+
 }  // namespace shardscope::cpu
