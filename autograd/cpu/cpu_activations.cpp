@@ -248,7 +248,17 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
   std::int64_t origin = 0;
   for (int d = 0; d < r && !spec.offset.empty(); ++d)
     origin += spec.offset[static_cast<std::size_t>(d)] * gstride[static_cast<std::size_t>(d)];
-  const std::int64_t last = r ? local[r - 1] : 1;
+  // The local tensor as runs of elements whose global indices are consecutive: the inner dims the
+  // shard holds whole times the first one it holds in part (the whole tensor when unsharded), cut
+  // into pieces of at most kPiece elements.
+  std::int64_t run = 1;
+  int whole = r - 1;
+  for (; whole >= 0 && local[whole] == global[whole]; --whole) run *= local[whole];
+  if (whole >= 0) run *= local[whole];
+  constexpr std::int64_t kPiece = 4096;
+  const std::int64_t piece = std::max<std::int64_t>(std::min(run, kPiece), 1);
+  const std::int64_t pieces_per_run = (run + piece - 1) / piece;
+  const std::int64_t pieces = run ? x.numel() / run * pieces_per_run : 0;
   auto* m = mask.data<std::uint8_t>();
   dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -256,37 +266,40 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     T* out = y.data<T>();
     using C = kernels::compute_t<T>;
     const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
-    if (last == 0) return;
+    if (pieces == 0) return;
     const std::uint32_t threshold = kernels::dropout_keep_threshold(spec.p);
-    auto rows = [&](std::int64_t first, std::int64_t end) {
+    auto run_pieces = [&](std::int64_t first, std::int64_t end) {
       // kernels::dropout_keep, with each Philox call's four words used for the four elements
       // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
-      // and a row's calls made together (cpu::philox_words: 16 side by side on AVX-512).
+      // and a piece's calls made together (cpu::philox_words: 16 side by side on AVX-512).
       std::vector<std::uint32_t> words;
-      for (std::int64_t row = first * last; row < end * last; row += last) {
-        // Global linear index of this local row's first element.
+      for (std::int64_t k = first; k < end; ++k) {
+        const std::int64_t within = (k % pieces_per_run) * piece;
+        const std::int64_t start = k / pieces_per_run * run + within;  // local linear index
+        const std::int64_t length = std::min(piece, run - within);
+        // Global linear index of the piece's first element.
         const auto base = static_cast<std::uint64_t>(
-            origin + kernels::strided_index(row, r, local.dims().data(), gstride.data()));
+            origin + kernels::strided_index(start, r, local.dims().data(), gstride.data()));
         const std::uint64_t first_block = base >> 2;
         const std::uint64_t blocks =
-            ((base + static_cast<std::uint64_t>(last) - 1) >> 2) - first_block + 1;
+            ((base + static_cast<std::uint64_t>(length) - 1) >> 2) - first_block + 1;
         words.resize(4 * blocks);
         cpu::philox_words(first_block, blocks, spec.stream, spec.step, spec.seed, words.data());
         // Locals, not the captures: a store through the u8 mask may alias anything, so the
         // compiler would reload every captured pointer after each one.
         const std::uint32_t* bits = words.data() + (base & 3u);  // element j's word: bits[j]
-        const T* row_in = in + row;
-        T* row_out = out + row;
-        std::uint8_t* row_mask = m + row;
+        const T* piece_in = in + start;
+        T* piece_out = out + start;
+        std::uint8_t* piece_mask = m + start;
         const C scale = keep_scale;
-        for (std::int64_t j = 0; j < last; ++j) {
+        for (std::int64_t j = 0; j < length; ++j) {
           const bool keep = (bits[j] >> 8) >= threshold;
-          row_mask[j] = keep ? 1 : 0;
-          row_out[j] = static_cast<T>(dropout_select(static_cast<C>(row_in[j]), keep, scale));
+          piece_mask[j] = keep ? 1 : 0;
+          piece_out[j] = static_cast<T>(dropout_select(static_cast<C>(piece_in[j]), keep, scale));
         }
       }
     };
-    threads_.parallel_for(x.numel() / last, std::max<std::int64_t>(kCostlyGrain / last, 1), rows);
+    threads_.parallel_for(pieces, std::max<std::int64_t>(kCostlyGrain / piece, 1), run_pieces);
   });
 }
 

@@ -224,6 +224,9 @@ TEST_P(CpuVsReference, DropoutDrawsTheSameMask) {
   expect_match(dropout_case({1, 3}, {}, {}, 0.5), "dropout [1, 3]");
   expect_match(dropout_case({130, 257}, {}, {}, 0.1), "dropout [130, 257]");
   expect_match(dropout_case({3, 41, 37}, {6, 41, 74}, {3, 0, 37}, 0.7), "dropout shard, odd");
+  // Runs of consecutive global indices longer than the CPU's pieces (4096): 2 runs of 9000.
+  expect_match(dropout_case({2, 3, 3000}, {2, 6, 3000}, {0, 3, 0}, 0.2),
+               "dropout shard, long runs");
 }
 
 TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
