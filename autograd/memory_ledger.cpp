@@ -48,17 +48,19 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   entry.counted = true;
   entries_[key_of(e.site, e.storage_id)] = entry;
   add_live(e.category, e.bytes);
-  std::string key;
-  key.reserve(e.site.scope.size() + 1 + e.site.op.size());
-  key.append(e.site.scope).append("/").append(e.site.op);
-  // find first: emplace would make (and, for a key already there, free) a node every time.
-  auto it = op_index_.find(key);
-  if (it == op_index_.end()) {
-    it = op_index_.emplace(std::move(key), op_allocations_.size()).first;
-    op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
+  if (last_op_ >= op_allocations_.size() || op_allocations_[last_op_].op != e.site.op ||
+      op_allocations_[last_op_].scope != e.site.scope) {
+    key_.assign(e.site.scope).append("/").append(e.site.op);
+    // find first: emplace would make (and, for a key already there, free) a node every time.
+    auto it = op_index_.find(key_);
+    if (it == op_index_.end()) {
+      it = op_index_.emplace(key_, op_allocations_.size()).first;
+      op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
+    }
+    last_op_ = it->second;
   }
-  op_allocations_[it->second].bytes += e.bytes;
-  op_allocations_[it->second].count += 1;
+  op_allocations_[last_op_].bytes += e.bytes;
+  op_allocations_[last_op_].count += 1;
 }
 
 void MemoryLedger::on_free(const StorageEvent& e) {
@@ -129,6 +131,11 @@ void MemoryLedger::on_release(const SaveEvent& e) {
 std::size_t MemoryLedger::live(MemoryCategory c) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return live_[index_of(c)];
+}
+
+std::array<std::size_t, kMemoryCategoryCount> MemoryLedger::live_all() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_;
 }
 
 std::size_t MemoryLedger::peak(MemoryCategory c) const {

@@ -38,6 +38,8 @@ class MemoryLedger final : public Observer {
   };
 
   std::size_t live(MemoryCategory category) const;
+  // Every category's live bytes at once (one lock: an observer that reads them after each event).
+  std::array<std::size_t, kMemoryCategoryCount> live_all() const;
   std::size_t peak(MemoryCategory category) const;
   std::size_t live_total() const;
   std::size_t peak_total() const;
@@ -90,6 +92,10 @@ class MemoryLedger final : public Observer {
   std::vector<SiteKey> site_keys_;
   std::vector<OpAllocations> op_allocations_;
   std::unordered_map<std::string, std::size_t> op_index_;
+  // on_alloc's look-up of op_index_: the last op's entry (an op allocates its outputs one after
+  // another), and a key built in place of a new string per allocation.
+  std::size_t last_op_ = 0;
+  std::string key_;
 };
 
 }  // namespace shardscope

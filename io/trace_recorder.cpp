@@ -225,11 +225,15 @@ TraceEventSource TraceRecorder::source_locked() const {
 }
 
 // After the ledger saw a change: a counter event when the rank's live bytes changed.
-void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
+std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_bytes(const RankState& state) {
+  const std::array<std::size_t, kMemoryCategoryCount> bytes = state.ledger.live_all();
   std::array<std::uint64_t, kMemoryCategoryCount> live{};
-  for (int c = 0; c < kMemoryCategoryCount; ++c) {
-    live[static_cast<std::size_t>(c)] = state.ledger.live(static_cast<MemoryCategory>(c));
-  }
+  std::copy(bytes.begin(), bytes.end(), live.begin());
+  return live;
+}
+
+void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now,
+                                   const std::array<std::uint64_t, kMemoryCategoryCount>& live) {
   if (live == state.memory) return;
   state.memory = live;
   Counter* counter = add_counter(site.step);
@@ -295,7 +299,7 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
   state.ledger.on_alloc(e);
-  memory_changed(state, e.site, now);
+  memory_changed(state, e.site, now, live_bytes(state));
 }
 
 void TraceRecorder::on_free(const StorageEvent& e) {
@@ -303,7 +307,7 @@ void TraceRecorder::on_free(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_free(e);
-  memory_changed(state, e.site, now);
+  memory_changed(state, e.site, now, live_bytes(state));
 }
 
 void TraceRecorder::on_recategorize(const StorageEvent& e) {
@@ -311,7 +315,7 @@ void TraceRecorder::on_recategorize(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_recategorize(e);
-  memory_changed(state, e.site, now);
+  memory_changed(state, e.site, now, live_bytes(state));
 }
 
 // The open slice of the op that saves (or whose node releases) a tensor: the innermost one with
@@ -331,17 +335,22 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
-  const std::size_t activation_before = state.ledger.live(MemoryCategory::saved_activation);
-  const std::size_t extra_before = state.ledger.live(MemoryCategory::saved_extra);
+  // The ledger's live bytes before this event: state.memory (memory_changed, after every event
+  // the ledger sees, keeps it equal to them).
+  const auto activation_index = static_cast<std::size_t>(MemoryCategory::saved_activation);
+  const auto extra_index = static_cast<std::size_t>(MemoryCategory::saved_extra);
+  const std::uint64_t activation_before = state.memory[activation_index];
+  const std::uint64_t extra_before = state.memory[extra_index];
   if (release) {
     state.ledger.on_release(e);
   } else {
     state.ledger.on_save(e);
   }
-  const std::size_t activation_after = state.ledger.live(MemoryCategory::saved_activation);
-  const std::size_t extra_after = state.ledger.live(MemoryCategory::saved_extra);
+  const std::array<std::uint64_t, kMemoryCategoryCount> live = live_bytes(state);
+  const std::uint64_t activation_after = live[activation_index];
+  const std::uint64_t extra_after = live[extra_index];
   // A save only adds saved bytes and a release only removes them.
-  auto change = [release](std::size_t before, std::size_t after) -> std::uint64_t {
+  auto change = [release](std::uint64_t before, std::uint64_t after) -> std::uint64_t {
     if (release) return before > after ? before - after : 0;
     return after > before ? after - before : 0;
   };
@@ -355,7 +364,7 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
       slice->saved_extra_bytes += extra;
     }
   }
-  memory_changed(state, e.site, now);
+  memory_changed(state, e.site, now, live);
 }
 
 void TraceRecorder::on_save(const SaveEvent& e) {

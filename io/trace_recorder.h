@@ -10,6 +10,7 @@
 // files with merge_trace_files (io/trace_reader.h).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -96,7 +97,11 @@ class TraceRecorder final : public Observer {
   TraceEventSource source_locked() const;
   TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
                               Clock::time_point start, Clock::time_point end) const;
-  void memory_changed(RankState& state, const Site& site, Clock::time_point now);
+  // The rank's ledger's live bytes by category.
+  static std::array<std::uint64_t, kMemoryCategoryCount> live_bytes(const RankState& state);
+  // A memory counter when `live` (the ledger's after an event) differs from the last one.
+  void memory_changed(RankState& state, const Site& site, Clock::time_point now,
+                      const std::array<std::uint64_t, kMemoryCategoryCount>& live);
 
   const std::function<Clock::time_point()> now_;
   const Clock::time_point start_;
