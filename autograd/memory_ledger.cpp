@@ -22,6 +22,11 @@ MemoryCategory saved_category(SaveRole role) {
 
 }  // namespace
 
+std::unique_lock<std::mutex> MemoryLedger::guard() const {
+  return locking_ == Locking::own ? std::unique_lock<std::mutex>(mutex_)
+                                  : std::unique_lock<std::mutex>();
+}
+
 MemoryCategory MemoryLedger::effective(const Entry& e) const {
   return e.saves == 0 ? e.base : saved_category(e.role);
 }
@@ -41,7 +46,7 @@ void MemoryLedger::sub_live(MemoryCategory c, std::size_t bytes) {
 }
 
 void MemoryLedger::on_alloc(const StorageEvent& e) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   Entry entry;
   entry.bytes = e.bytes;
   entry.base = e.category;
@@ -64,7 +69,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
 }
 
 void MemoryLedger::on_free(const StorageEvent& e) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end()) return;
   const Entry& entry = it->second;
@@ -73,7 +78,7 @@ void MemoryLedger::on_free(const StorageEvent& e) {
 }
 
 void MemoryLedger::on_recategorize(const StorageEvent& e) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end()) return;
   Entry& entry = it->second;
@@ -98,7 +103,7 @@ std::size_t MemoryLedger::site_index(const SaveEvent& e) {
 
 void MemoryLedger::on_save(const SaveEvent& e) {
   if (e.storage_category == MemoryCategory::parameter) return;  // weights are not activations
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   auto [it, inserted] = entries_.try_emplace(key_of(e.site, e.storage_id));
   Entry& entry = it->second;
   if (inserted) {  // allocated before the ledger was attached
@@ -115,7 +120,7 @@ void MemoryLedger::on_save(const SaveEvent& e) {
 void MemoryLedger::on_release(const SaveEvent& e) {
   // Found by entry, not by the storage's category now: a tensor saved as an activation and made
   // a parameter later is still released. Parameter saves never made an entry count (saves == 0).
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   auto it = entries_.find(key_of(e.site, e.storage_id));
   if (it == entries_.end() || it->second.saves == 0) return;
   Entry& entry = it->second;
@@ -129,38 +134,38 @@ void MemoryLedger::on_release(const SaveEvent& e) {
 }
 
 std::size_t MemoryLedger::live(MemoryCategory c) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return live_[index_of(c)];
 }
 
 std::array<std::size_t, kMemoryCategoryCount> MemoryLedger::live_all() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return live_;
 }
 
 std::size_t MemoryLedger::peak(MemoryCategory c) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return peak_[index_of(c)];
 }
 
 std::size_t MemoryLedger::live_total() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return live_total_;
 }
 
 std::size_t MemoryLedger::peak_total() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return peak_total_;
 }
 
 void MemoryLedger::reset_peaks() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   peak_ = live_;
   peak_total_ = live_total_;
 }
 
 std::size_t MemoryLedger::saved_bytes(SaveRole role, std::optional<int> layer) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   std::size_t total = 0;
   for (const auto& [id, entry] : entries_) {
     if (entry.saves == 0 || entry.role != role) continue;
@@ -179,7 +184,7 @@ std::size_t MemoryLedger::extras_bytes(std::optional<int> layer) const {
 }
 
 std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<int> layer) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   std::vector<SavedSite> sites(site_keys_.size());
   for (std::size_t i = 0; i < site_keys_.size(); ++i) {
     const SiteKey& k = site_keys_[i];
@@ -196,12 +201,12 @@ std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<i
 }
 
 std::size_t MemoryLedger::accounting_errors() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return accounting_errors_;
 }
 
 std::vector<MemoryLedger::OpAllocations> MemoryLedger::allocations_by_op() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = guard();
   return op_allocations_;
 }
 

@@ -3,7 +3,8 @@
 // Storage (two ops saving the same tensor count it once, under the first), never for parameters,
 // and LayerNorm statistics and other SaveRole::extra tensors go to a separate extras total.
 // One ledger may watch the contexts of several ranks (their totals add up); two contexts of the
-// same rank need two ledgers. It is thread-safe.
+// same rank need two ledgers. It is thread-safe, unless made with Locking::by_owner for an owner
+// that calls it only under a lock of its own (the trace recorder's per-rank ledgers).
 #pragma once
 
 #include <array>
@@ -21,6 +22,9 @@ namespace shardscope {
 
 class MemoryLedger final : public Observer {
  public:
+  enum class Locking { own, by_owner };
+  explicit MemoryLedger(Locking locking = Locking::own) : locking_(locking) {}
+
   // Saved bytes grouped by the op that first saved them.
   struct SavedSite {
     std::string scope;  // "attn.qkv"
@@ -76,12 +80,15 @@ class MemoryLedger final : public Observer {
     SaveRole role;
   };
 
+  // Holds mutex_ unless the owner locks (Locking::by_owner).
+  std::unique_lock<std::mutex> guard() const;
   MemoryCategory effective(const Entry& e) const;
   void add_live(MemoryCategory c, std::size_t bytes);
   void sub_live(MemoryCategory c, std::size_t bytes);
   std::size_t site_index(const SaveEvent& e);
   std::size_t saved_bytes(SaveRole role, std::optional<int> layer) const;
 
+  const Locking locking_;
   mutable std::mutex mutex_;
   std::unordered_map<std::uint64_t, Entry> entries_;
   std::array<std::size_t, kMemoryCategoryCount> live_{};

@@ -60,9 +60,9 @@ struct TraceRecorder::RankState {
   bool has_step = false;
   std::int64_t step = 0;
   Clock::time_point last_event;
-  std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
-  std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
-  MemoryLedger ledger;
+  std::optional<Clock::time_point> collective_start;     // set by on_collective_begin
+  std::optional<TraceEvent> pending_collective;          // the call entered and not yet left
+  MemoryLedger ledger{MemoryLedger::Locking::by_owner};  // used under the recorder's mutex only
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
   std::unordered_map<std::vector<Shape>, ShapeStrings, ShapesHash> shape_text;  // each list's, once
 
