@@ -51,21 +51,28 @@ std::int64_t row_grain(std::int64_t row_length) {
   return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
 }
 
-// sum_j term(j) for j < n in double, over 8 lanes that the compiler keeps in vector registers
-// (the shared kernels' single chain of additions cannot vectorise): lane l sums j = l mod 8, then
-// the lanes are added in order. A fixed order, so the same bits on every run and thread count.
-template <class Term>
-double lane_sum(std::int64_t n, Term term) {
-  constexpr std::int64_t kLanes = 8;
-  double lanes[kLanes] = {};
+// combine(...combine(init, term(0))..., term(n - 1)) over kLanes lanes that the compiler keeps in
+// vector registers (the shared kernels' single chain cannot vectorise): lane l takes the j = l mod
+// kLanes, then the lanes are combined in order. A fixed order, so the same bits on every run and
+// thread count.
+template <std::int64_t kLanes, class Acc, class Term, class Combine>
+Acc lane_reduce(std::int64_t n, Acc init, Term term, Combine combine) {
+  Acc lanes[kLanes];
+  for (Acc& l : lanes) l = init;
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], term(j + l));
   }
-  for (; j < n; ++j) lanes[j % kLanes] += term(j);
-  double total = 0.0;
-  for (double v : lanes) total += v;
+  for (; j < n; ++j) lanes[j % kLanes] = combine(lanes[j % kLanes], term(j));
+  Acc total = init;
+  for (Acc l : lanes) total = combine(total, l);
   return total;
+}
+
+// sum_j term(j) for j < n in double, over 8 lanes (lane_reduce).
+template <class Term>
+double lane_sum(std::int64_t n, Term term) {
+  return lane_reduce<8>(n, 0.0, term, [](double a, double b) { return a + b; });
 }
 
 // What softmax's exponentials are computed in: f64 rows in double, the others in f32.
@@ -90,22 +97,10 @@ void softmax_row(const T* in, T* out, std::int64_t n, std::int64_t visible, exp_
   } else {
     // The max as kernels::max_of takes it: a NaN element is passed over (and makes its own
     // exponential, the sum and so the row NaN).
-    constexpr std::int64_t kLanes = 16;
-    float lanes[kLanes];
-    for (float& l : lanes) l = -std::numeric_limits<float>::infinity();
-    std::int64_t j = 0;
-    for (; j + kLanes <= seen; j += kLanes) {
-      for (std::int64_t l = 0; l < kLanes; ++l) {
-        const auto v = static_cast<float>(in[j + l]);
-        lanes[l] = lanes[l] < v ? v : lanes[l];
-      }
-    }
-    for (; j < seen; ++j) {
-      const auto v = static_cast<float>(in[j]);
-      lanes[j % kLanes] = lanes[j % kLanes] < v ? v : lanes[j % kLanes];
-    }
-    float mx = lanes[0];
-    for (float l : lanes) mx = mx < l ? l : mx;
+    const float mx = lane_reduce<16>(
+        seen, -std::numeric_limits<float>::infinity(),
+        [&](std::int64_t k) { return static_cast<float>(in[k]); },
+        [](float a, float b) { return a < b ? b : a; });
     for (std::int64_t k = 0; k < seen; ++k) e[k] = static_cast<float>(in[k]) - mx;
     cpu::exp_floats(e, seen);
     const auto inverse =

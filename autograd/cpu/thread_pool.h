@@ -87,18 +87,18 @@ class RowThreads {
   // sleeps.
   static constexpr std::chrono::microseconds kSpin{50};
 
-  // Spins until done() or kSpin has passed; whether done() came true.
+  // Spins until done() or kSpin has passed (the caller then takes the lock and checks itself).
   template <class Done>
-  static bool spin_until(Done done) {
+  static void spin_until(Done done) {
     const auto until = std::chrono::steady_clock::now() + kSpin;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
-        if (done()) return true;
+        if (done()) return;
 #if defined(__x86_64__) || defined(__i386__)
         _mm_pause();
 #endif
       }
-      if (std::chrono::steady_clock::now() >= until) return done();
+      if (std::chrono::steady_clock::now() >= until) return;
     }
   }
 

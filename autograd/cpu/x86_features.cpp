@@ -1,5 +1,9 @@
 #include "autograd/cpu/x86_features.h"
 
+#include <string>
+
+#include "autograd/errors.h"
+
 #ifdef SHARDSCOPE_X86
 #include <cpuid.h>
 #endif
@@ -47,5 +51,24 @@ bool cpu_has_avx512_bf16() {
   return false;
 }
 #endif
+
+namespace {
+
+std::string level_name(int level) {
+  return level <= 1 ? "x86-64" : "x86-64-v" + std::to_string(level);
+}
+
+}  // namespace
+
+void check_cpu_isa(int built_level, int cpu_level) {
+  if (built_level <= 1 || cpu_level >= built_level) return;
+  throw StateError("cpu backend: this build's CPU loops use " + level_name(built_level) +
+                   " instructions (SHARDSCOPE_CPU_ISA, by default the build machine's level) and "
+                   "this CPU is " +
+                   (cpu_level == 0 ? std::string("not x86-64") : level_name(cpu_level)) +
+                   ": configure the build with SHARDSCOPE_CPU_ISA=" +
+                   (cpu_level == 0 ? std::string("none") : level_name(cpu_level)) +
+                   " (or native on this machine)");
+}
 
 }  // namespace shardscope::cpu
