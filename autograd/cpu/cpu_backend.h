@@ -25,8 +25,11 @@ class CpuBackend final : public Backend {
   // Blocks of this size or more are kept for reuse when freed (a CachingAllocator, its free lists
   // at most the peak bytes in use) and zeroed when handed out again: a fresh large block is pages
   // the kernel faults in and zeroes one by one at first touch, which cost a Transformer step up
-  // to a sixth of its time. Smaller blocks come from calloc, whose heap reuses them already.
-  static constexpr std::size_t kCachedBlockBytes = std::size_t{1} << 20;
+  // to a sixth of its time. Smaller blocks come from calloc. The bound was 1 MiB: the blocks of
+  // 64 KiB to 1 MiB of a step at s=64 (a whole step's worth at the end of backward) then went
+  // back to malloc's heap, which gave its top back to the kernel (brk) and faulted it in again
+  // at the next step, six times a step: 2.6 -> 2.0 ms at s=64, b=2, h=128.
+  static constexpr std::size_t kCachedBlockBytes = std::size_t{1} << 16;
   // Whether this build and process cache them: not under AddressSanitizer or ThreadSanitizer
   // (whose checks need every free to reach them), nor with SHARDSCOPE_CPU_CACHE=0. Read once.
   static bool caches_blocks();

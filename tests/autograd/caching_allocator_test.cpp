@@ -14,6 +14,7 @@
 #include "autograd/cpu/cpu_backend.h"
 #include "autograd/cuda/cuda_backend.h"
 #include "autograd/errors.h"
+#include "autograd/ops.h"
 
 namespace shardscope {
 namespace {
@@ -185,6 +186,32 @@ TEST(CpuBlockCache, ALargeBlockComesBackZeroed) {
   void* small = cpu.allocate(CpuBackend::kCachedBlockBytes - 1);
   cpu.deallocate(small, CpuBackend::kCachedBlockBytes - 1);
   EXPECT_EQ(cpu.cache_stats().raw_allocations, 1u);
+}
+
+// A training step's blocks at the labs' smallest shapes (64 KiB to 1 MiB) come from the cache in
+// later steps: none from malloc, whose heap gave them back to the kernel at the end of each
+// step and faulted them in again (brk, six times a step at s=64: a fifth of the step).
+TEST(CpuBlockCache, LaterStepsAtSmallShapesReuseEveryBlock) {
+  if (!CpuBackend::caches_blocks()) {
+    GTEST_SKIP() << "this build (AddressSanitizer or ThreadSanitizer, which need every free) or "
+                    "SHARDSCOPE_CPU_CACHE=0 turns the CPU block cache off";
+  }
+  Context ctx;
+  auto& cpu = dynamic_cast<CpuBackend&>(ctx.backend());
+  Tensor w = Tensor::randn(ctx, {128, 512}, 1);
+  w.set_requires_grad(true);
+  Tensor x = Tensor::randn(ctx, {128, 128}, 2);  // 64 KiB, the product 256 KiB
+  auto step = [&] {
+    Tensor loss = sum(gelu(matmul(x, w)));
+    loss.backward();
+  };
+  step();
+  step();  // the first to accumulate into w's gradient from step 1
+  const AllocatorStats first = cpu.cache_stats();
+  step();
+  const AllocatorStats second = cpu.cache_stats();
+  EXPECT_EQ(second.raw_allocations, first.raw_allocations) << "blocks from malloc in step 3";
+  EXPECT_GE(second.reuses - first.reuses, 3u) << "the product, its GeLU and their gradients";
 }
 
 TEST(CachingAllocator, EmptyCacheReturnsOnlyFreeBlocks) {
