@@ -2,8 +2,15 @@
 #include "io/trace_recorder.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <new>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
+
+#include "autograd/memory_ledger.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -26,9 +33,34 @@ struct ShapesHash {
   }
 };
 
+// Asks the kernel to back [data, data + bytes) with 2 MiB pages where it can (Linux with
+// transparent huge pages in "madvise" mode, as Debian ships it).
+void advise_huge_pages(void* data, std::size_t bytes) {
+#if defined(__linux__)
+  madvise(data, bytes, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 }  // namespace
 
-// A memory counter as the recorder keeps it (TraceRecorder::event_at_locked builds the event).
+// An op slice as the recorder keeps it: its texts and shape lists as ids into the recorder's
+// tables (TraceRecorder::event_at_locked builds the event).
+struct TraceRecorder::Slice {
+  int rank = 0;
+  int layer = -1;
+  std::int64_t step = 0;
+  Phase phase = Phase::forward;
+  std::uint32_t op = 0, scope = 0, placement = 0;  // TextTable ids
+  std::uint32_t inputs = 0, outputs = 0;           // ShapeTable ids
+  std::uint64_t seq = 0;
+  double ts_us = 0, dur_us = 0;
+  std::uint64_t alloc_bytes = 0, saved_bytes = 0, saved_extra_bytes = 0, released_bytes = 0;
+};
+
+// A memory counter as the recorder keeps it.
 struct TraceRecorder::Counter {
   int rank = 0;
   int layer = -1;
@@ -42,14 +74,95 @@ struct TraceRecorder::Counter {
 struct TraceRecorder::OpenSlice {
   std::uint64_t seq = 0;
   Phase phase = Phase::forward;
-  std::string op, scope;
+  std::uint32_t op = 0, scope = 0, placement = 0, inputs = 0;
   Clock::time_point begin;
-  std::string placement;
-  ShapeStrings inputs;
   std::uint64_t alloc_bytes = 0;
   std::uint64_t saved_bytes = 0;
   std::uint64_t saved_extra_bytes = 0;
   std::uint64_t released_bytes = 0;
+};
+
+// The texts slices name (op kinds, scopes, placements), each kept once and named by its index.
+class TraceRecorder::TextTable {
+ public:
+  TextTable() { id(""); }  // id 0: the empty text
+  const std::string& text(std::uint32_t id) const { return texts_[id]; }
+  std::uint32_t id(std::string_view text) {
+    auto it = ids_.find(text);
+    if (it != ids_.end()) return it->second;
+    const auto next = static_cast<std::uint32_t>(texts_.size());
+    ids_.emplace(texts_.emplace_back(text), next);  // the key views the deque's stable copy
+    return next;
+  }
+  // `text`'s id, trying `last` (the same field's id in the event before) first: consecutive
+  // events mostly repeat their op, scope and placement, and comparing costs less than hashing.
+  std::uint32_t id(std::string_view text, std::uint32_t& last) {
+    if (texts_[last] != text) last = id(text);
+    return last;
+  }
+
+ private:
+  std::deque<std::string> texts_;
+  std::unordered_map<std::string_view, std::uint32_t> ids_;
+};
+
+// The shape lists slices name, each kept once as text (ShapeStrings, shared by every event built
+// from it) and named by its index.
+class TraceRecorder::ShapeTable {
+ public:
+  ShapeTable() : strings_(1) {}  // id 0: no shapes
+  const ShapeStrings& strings(std::uint32_t id) const { return strings_[id]; }
+  std::uint32_t id(const std::vector<Shape>* shapes) {
+    if (shapes == nullptr || shapes->empty()) return 0;
+    auto it = ids_.find(*shapes);
+    if (it != ids_.end()) return it->second;
+    std::vector<std::string> text;
+    text.reserve(shapes->size());
+    for (const Shape& s : *shapes) text.push_back(s.str());
+    const auto next = static_cast<std::uint32_t>(strings_.size());
+    strings_.emplace_back(std::move(text));
+    ids_.emplace(*shapes, next);
+    return next;
+  }
+
+ private:
+  std::vector<ShapeStrings> strings_;
+  std::unordered_map<std::vector<Shape>, std::uint32_t, ShapesHash> ids_;
+};
+
+// Kept records in chunks of 2 MiB that never move: appending writes one record (no vector growth
+// moving every kept one), and each chunk is asked for 2 MiB pages (a fault per 4 KiB page cost
+// more than recording the records on it). Records are trivial: a chunk's pages are mapped as
+// records fill them.
+template <class T>
+class TraceRecorder::ChunkedLog {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+  static constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kPerChunk = kChunkBytes / sizeof(T);
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+
+ public:
+  std::size_t size() const { return size_; }
+  const T& operator[](std::size_t i) const { return *slot(i); }
+  // A new value-initialised record at the end.
+  T& push() {
+    if (size_ == chunks_.size() * kPerChunk) {
+      void* memory = std::aligned_alloc(kChunkBytes, kChunkBytes);
+      if (memory == nullptr) throw std::bad_alloc();
+      chunks_.emplace_back(memory);
+      advise_huge_pages(memory, kChunkBytes);
+    }
+    return *new (slot(size_++)) T();
+  }
+
+ private:
+  T* slot(std::size_t i) const {
+    return static_cast<T*>(chunks_[i / kPerChunk].get()) + i % kPerChunk;
+  }
+  std::vector<std::unique_ptr<void, Free>> chunks_;
+  std::size_t size_ = 0;
 };
 
 // What the recorder tracks for one rank: its open slices (innermost last), its step, the time of
@@ -64,54 +177,24 @@ struct TraceRecorder::RankState {
   std::optional<TraceEvent> pending_collective;          // the call entered and not yet left
   MemoryLedger ledger{MemoryLedger::Locking::by_owner};  // used under the recorder's mutex only
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
-  std::unordered_map<std::vector<Shape>, ShapeStrings, ShapesHash> shape_text;  // each list's, once
-
-  // `shapes` as text, shared with every earlier slice of the same shapes.
-  ShapeStrings shape_strings(const std::vector<Shape>* shapes) {
-    if (shapes == nullptr || shapes->empty()) return {};
-    auto it = shape_text.find(*shapes);
-    if (it == shape_text.end()) {
-      std::vector<std::string> text;
-      text.reserve(shapes->size());
-      for (const Shape& s : *shapes) text.push_back(s.str());
-      it = shape_text.emplace(*shapes, ShapeStrings(std::move(text))).first;
-    }
-    return it->second;
-  }
+  std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
 };
 
 namespace {
 
-// Asks the kernel to back [data, data + bytes) with 2 MiB pages where it can (Linux with
-// transparent huge pages in "madvise" mode, as Debian ships it): the events fill the vector's
-// pages one by one, and a fault per 4 KiB page (some 13 events) cost more than recording them.
-void advise_huge_pages(void* data, std::size_t bytes) {
-#if defined(__linux__)
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) / kHuge * kHuge;
-  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / kHuge * kHuge;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
+// Where a kept event is: order_'s entries name their store in the top two bits.
+enum class Store : std::uint64_t { full = 0, slice = 1, counter = 2 };
+constexpr int kStoreShift = 62;
+constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kStoreShift) - 1;
+
+std::uint64_t order_entry(Store store, std::size_t index) {
+  return (static_cast<std::uint64_t>(store) << kStoreShift) | index;
 }
-
-// Kept events live in vectors that start at kFirstEvents (address space only: pages are mapped
-// as events fill them) and grow fourfold. Doubling from empty moved every kept event again at
-// each growth, into memory the kernel maps page by page: a large part of the cost of recording.
-constexpr std::size_t kFirstEvents = std::size_t{1} << 16;
-constexpr std::size_t kCounterBit = std::size_t{1} << (8 * sizeof(std::size_t) - 1);
-
-// A new element at the end of `kept`, built in place (a TraceEvent is some 300 bytes of strings
-// and vectors: constructing it elsewhere and moving it in cost as much again).
-template <class T>
-T* append(std::vector<T>& kept, std::size_t most) {
-  if (kept.size() == kept.capacity()) {
-    kept.reserve(std::min(most, std::max(kFirstEvents, 4 * kept.capacity())));
-    advise_huge_pages(kept.data(), kept.capacity() * sizeof(T));
-  }
-  return &kept.emplace_back();
+Store store_of(std::uint64_t entry) {
+  return static_cast<Store>(entry >> kStoreShift);
+}
+std::size_t index_of(std::uint64_t entry) {
+  return static_cast<std::size_t>(entry & kIndexMask);
 }
 
 // An event of no duration (a step mark, a memory counter) with its place in the run.
@@ -139,7 +222,12 @@ TraceRecorder::TraceRecorder(TraceOptions options)
       start_(now_()),
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
-      config_(std::move(options.config)) {}
+      config_(std::move(options.config)),
+      order_(std::make_unique<ChunkedLog<std::uint64_t>>()),
+      slices_(std::make_unique<ChunkedLog<Slice>>()),
+      counters_(std::make_unique<ChunkedLog<Counter>>()),
+      texts_(std::make_unique<TextTable>()),
+      shapes_(std::make_unique<ShapeTable>()) {}
 
 TraceRecorder::~TraceRecorder() = default;
 
@@ -155,12 +243,16 @@ double TraceRecorder::micros_between(Clock::time_point from, Clock::time_point t
 
 // The rank's state; emits a step mark first when the event's step is not the rank's step.
 TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::time_point now) {
-  std::unique_ptr<RankState>& slot = ranks_[site.rank];
-  if (!slot) {
-    slot = std::make_unique<RankState>();
-    slot->last_event = now;
+  if (last_state_ == nullptr || last_rank_ != site.rank) {
+    std::unique_ptr<RankState>& slot = ranks_[site.rank];
+    if (!slot) {
+      slot = std::make_unique<RankState>();
+      slot->last_event = now;
+    }
+    last_state_ = slot.get();
+    last_rank_ = site.rank;
   }
-  RankState& state = *slot;
+  RankState& state = *last_state_;
   if (!state.has_step || state.step != site.step) {
     keep(instant(TraceEventKind::step, site.rank, site.step, site.phase, site.layer,
                  micros_since_start(now)));
@@ -172,93 +264,96 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
 }
 
 void TraceRecorder::keep(TraceEvent event) {
-  TraceEvent* slot = add_full(event.step);
-  if (slot) *slot = std::move(event);
+  if (!make_room(event.step)) return;
+  order_->push() = order_entry(Store::full, full_.size());
+  full_.push_back(std::move(event));
 }
 
-// False, and one more dropped (the first one's `step` kept in first_dropped_step_), once
-// max_events_ are kept.
 bool TraceRecorder::make_room(std::int64_t step) {
-  if (order_.size() >= max_events_) {
-    if (dropped_++ == 0) first_dropped_step_ = step;
-    return false;
-  }
-  if (order_.size() == order_.capacity()) {
-    order_.reserve(std::min(max_events_, std::max(kFirstEvents, 4 * order_.capacity())));
-  }
-  return true;
-}
-
-TraceEvent* TraceRecorder::add_full(std::int64_t step) {
-  if (!make_room(step)) return nullptr;
-  order_.push_back(full_.size());
-  return append(full_, max_events_);
-}
-
-TraceRecorder::Counter* TraceRecorder::add_counter(std::int64_t step) {
-  if (!make_room(step)) return nullptr;
-  order_.push_back(counters_.size() | kCounterBit);
-  return append(counters_, max_events_);
+  if (order_->size() < max_events_) return true;
+  if (dropped_++ == 0) first_dropped_step_ = step;
+  return false;
 }
 
 TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
-  const std::size_t entry = order_[i];
-  if (!(entry & kCounterBit)) return full_[entry];
-  const Counter& c = counters_[entry & ~kCounterBit];
-  TraceEvent e = instant(TraceEventKind::memory, c.rank, c.step, c.phase, c.layer, c.ts_us);
-  e.memory = c.memory;
-  return e;
+  const std::uint64_t entry = (*order_)[i];
+  const std::size_t index = index_of(entry);
+  switch (store_of(entry)) {
+    case Store::slice: {
+      const Slice& s = (*slices_)[index];
+      TraceEvent e = instant(TraceEventKind::op, s.rank, s.step, s.phase, s.layer, s.ts_us);
+      e.op = texts_->text(s.op);
+      e.scope = texts_->text(s.scope);
+      e.seq = s.seq;
+      e.dur_us = s.dur_us;
+      e.placement = texts_->text(s.placement);
+      e.inputs = shapes_->strings(s.inputs);
+      e.outputs = shapes_->strings(s.outputs);
+      e.alloc_bytes = s.alloc_bytes;
+      e.saved_bytes = s.saved_bytes;
+      e.saved_extra_bytes = s.saved_extra_bytes;
+      e.released_bytes = s.released_bytes;
+      return e;
+    }
+    case Store::counter: {
+      const Counter& c = (*counters_)[index];
+      TraceEvent e = instant(TraceEventKind::memory, c.rank, c.step, c.phase, c.layer, c.ts_us);
+      e.memory = c.memory;
+      return e;
+    }
+    case Store::full:
+      break;
+  }
+  return full_[index];
 }
 
 TraceEventSource TraceRecorder::source_locked() const {
   TraceEventSource source;
-  source.count = order_.size();
+  source.count = order_->size();
   source.key = [this](std::size_t i) {
-    const std::size_t entry = order_[i];
-    if (entry & kCounterBit) {
-      return TraceOrderKey{counters_[entry & ~kCounterBit].ts_us, 0.0, TraceEventKind::memory};
+    const std::uint64_t entry = (*order_)[i];
+    const std::size_t index = index_of(entry);
+    switch (store_of(entry)) {
+      case Store::slice:
+        return TraceOrderKey{(*slices_)[index].ts_us, (*slices_)[index].dur_us, TraceEventKind::op};
+      case Store::counter:
+        return TraceOrderKey{(*counters_)[index].ts_us, 0.0, TraceEventKind::memory};
+      case Store::full:
+        break;
     }
-    return order_key(full_[entry]);
+    return order_key(full_[index]);
   };
   source.event = [this](std::size_t i) { return event_at_locked(i); };
   return source;
 }
 
-// After the ledger saw a change: a counter event when the rank's live bytes changed.
-std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_bytes(const RankState& state) {
-  const std::array<std::size_t, kMemoryCategoryCount> bytes = state.ledger.live_all();
-  std::array<std::uint64_t, kMemoryCategoryCount> live{};
-  std::copy(bytes.begin(), bytes.end(), live.begin());
-  return live;
-}
-
-void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now,
-                                   const std::array<std::uint64_t, kMemoryCategoryCount>& live) {
-  if (live == state.memory) return;
-  state.memory = live;
-  Counter* counter = add_counter(site.step);
-  if (!counter) return;
-  counter->rank = site.rank;
-  counter->step = site.step;
-  counter->phase = site.phase;
-  counter->layer = site.layer;
-  counter->ts_us = micros_since_start(now);
-  counter->memory = live;
+void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
+  const std::array<std::size_t, kMemoryCategoryCount> live = state.ledger.live_all();
+  if (std::equal(live.begin(), live.end(), state.memory.begin())) return;
+  std::copy(live.begin(), live.end(), state.memory.begin());
+  if (!make_room(site.step)) return;
+  order_->push() = order_entry(Store::counter, counters_->size());
+  Counter& counter = counters_->push();
+  counter.rank = site.rank;
+  counter.step = site.step;
+  counter.phase = site.phase;
+  counter.layer = site.layer;
+  counter.ts_us = micros_since_start(now);
+  counter.memory = state.memory;
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
   const Clock::time_point now = now_();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
-  OpenSlice slice;
+  OpenSlice& slice = state.open.emplace_back();
   slice.seq = e.seq;
   slice.phase = e.site.phase;
-  slice.op = std::string(e.site.op);
-  slice.scope = std::string(e.site.scope);
+  slice.op = texts_->id(e.site.op, state.last_op);
+  slice.scope = texts_->id(e.site.scope, state.last_scope);
+  slice.placement = texts_->id(e.placement, state.last_placement);
+  slice.inputs = shapes_->id(e.inputs);
   slice.begin = now;
-  slice.inputs = state.shape_strings(e.inputs);
-  slice.placement = std::string(e.placement);
-  state.open.push_back(std::move(slice));
 }
 
 void TraceRecorder::on_op_end(const OpEvent& e) {
@@ -269,26 +364,27 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
     return s.seq == e.seq && s.phase == e.site.phase;
   });
   if (it == state.open.rend()) return;  // begun before the recorder was attached
-  OpenSlice& slice = *it;
-  if (TraceEvent* event = add_full(e.site.step)) {
-    event->kind = TraceEventKind::op;
-    event->rank = e.site.rank;
-    event->step = e.site.step;
-    event->phase = e.site.phase;
-    event->layer = e.site.layer;
-    // The end's op and scope (the begin's, which the slice kept: moved rather than copied).
-    event->op = slice.op == e.site.op ? std::move(slice.op) : std::string(e.site.op);
-    event->scope = slice.scope == e.site.scope ? std::move(slice.scope) : std::string(e.site.scope);
-    event->seq = e.seq;
-    event->ts_us = micros_since_start(slice.begin);
-    event->dur_us = micros_between(slice.begin, now);
-    event->inputs = std::move(slice.inputs);
-    event->placement = std::move(slice.placement);
-    event->outputs = state.shape_strings(e.outputs);
-    event->alloc_bytes = slice.alloc_bytes;
-    event->saved_bytes = slice.saved_bytes;
-    event->saved_extra_bytes = slice.saved_extra_bytes;
-    event->released_bytes = slice.released_bytes;
+  const OpenSlice& open = *it;
+  if (make_room(e.site.step)) {
+    order_->push() = order_entry(Store::slice, slices_->size());
+    Slice& slice = slices_->push();
+    slice.rank = e.site.rank;
+    slice.layer = e.site.layer;
+    slice.step = e.site.step;
+    slice.phase = e.site.phase;
+    // The end's op and scope (mostly the begin's).
+    slice.op = texts_->text(open.op) == e.site.op ? open.op : texts_->id(e.site.op);
+    slice.scope = texts_->text(open.scope) == e.site.scope ? open.scope : texts_->id(e.site.scope);
+    slice.placement = open.placement;
+    slice.inputs = open.inputs;
+    slice.outputs = shapes_->id(e.outputs);
+    slice.seq = e.seq;
+    slice.ts_us = micros_since_start(open.begin);
+    slice.dur_us = micros_between(open.begin, now);
+    slice.alloc_bytes = open.alloc_bytes;
+    slice.saved_bytes = open.saved_bytes;
+    slice.saved_extra_bytes = open.saved_extra_bytes;
+    slice.released_bytes = open.released_bytes;
   }
   state.open.erase(std::next(it).base());
 }
@@ -299,7 +395,7 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
   state.ledger.on_alloc(e);
-  memory_changed(state, e.site, now, live_bytes(state));
+  memory_changed(state, e.site, now);
 }
 
 void TraceRecorder::on_free(const StorageEvent& e) {
@@ -307,7 +403,7 @@ void TraceRecorder::on_free(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_free(e);
-  memory_changed(state, e.site, now, live_bytes(state));
+  memory_changed(state, e.site, now);
 }
 
 void TraceRecorder::on_recategorize(const StorageEvent& e) {
@@ -315,14 +411,17 @@ void TraceRecorder::on_recategorize(const StorageEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_recategorize(e);
-  memory_changed(state, e.site, now, live_bytes(state));
+  memory_changed(state, e.site, now);
 }
 
 // The open slice of the op that saves (or whose node releases) a tensor: the innermost one with
 // the save's op, scope and phase, else the innermost; null when none is open.
-TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Site& site) {
+TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Site& site) const {
   for (auto it = state.open.rbegin(); it != state.open.rend(); ++it) {
-    if (it->phase == site.phase && it->op == site.op && it->scope == site.scope) return &*it;
+    if (it->phase == site.phase && texts_->text(it->op) == site.op &&
+        texts_->text(it->scope) == site.scope) {
+      return &*it;
+    }
   }
   return state.open.empty() ? nullptr : &state.open.back();
 }
@@ -346,7 +445,7 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   } else {
     state.ledger.on_save(e);
   }
-  const std::array<std::uint64_t, kMemoryCategoryCount> live = live_bytes(state);
+  const std::array<std::size_t, kMemoryCategoryCount> live = state.ledger.live_all();
   const std::uint64_t activation_after = live[activation_index];
   const std::uint64_t extra_after = live[extra_index];
   // A save only adds saved bytes and a release only removes them.
@@ -364,7 +463,7 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
       slice->saved_extra_bytes += extra;
     }
   }
-  memory_changed(state, e.site, now, live);
+  memory_changed(state, e.site, now);
 }
 
 void TraceRecorder::on_save(const SaveEvent& e) {
@@ -397,7 +496,8 @@ TraceEvent TraceRecorder::collective_slice(const CollectiveEvent& e, const RankS
   event.seq = e.seq != 0 || state.open.empty() ? e.seq : state.open.back().seq;
   event.ts_us = micros_since_start(start);
   event.dur_us = micros_between(start, end);
-  if (!state.open.empty()) event.placement = state.open.back().placement;  // the issuing op's
+  if (!state.open.empty())
+    event.placement = texts_->text(state.open.back().placement);  // the issuing op's
   event.collective = e.kind;
   event.purpose = e.purpose;
   event.reduce = e.reduce;
@@ -433,8 +533,7 @@ void TraceRecorder::on_collective(const CollectiveEvent& e) {
   if (state.collective_start) previous = *state.collective_start;
   state.collective_start.reset();
   state.pending_collective.reset();
-  TraceEvent event = collective_slice(e, state, previous, now);
-  keep(std::move(event));
+  keep(collective_slice(e, state, previous, now));
 }
 
 void TraceRecorder::set_config(nlohmann::json config) {
@@ -451,12 +550,13 @@ std::vector<TraceEvent> TraceRecorder::events() const {
 std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
   append_events_locked(from, out);
-  return order_.size();
+  return order_->size();
 }
 
 void TraceRecorder::append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const {
-  if (from < order_.size()) out.reserve(out.size() + (order_.size() - from));
-  for (std::size_t i = from; i < order_.size(); ++i) out.push_back(event_at_locked(i));
+  const std::size_t kept = order_->size();
+  if (from < kept) out.reserve(out.size() + (kept - from));
+  for (std::size_t i = from; i < kept; ++i) out.push_back(event_at_locked(i));
 }
 
 std::size_t TraceRecorder::dropped_events() const {

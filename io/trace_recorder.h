@@ -10,7 +10,6 @@
 // files with merge_trace_files (io/trace_reader.h).
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +22,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/memory_ledger.h"
 #include "autograd/observer.h"
 #include "io/trace_event.h"
 #include "io/trace_writer.h"
@@ -78,30 +76,29 @@ class TraceRecorder final : public Observer {
   using Clock = std::chrono::steady_clock;
   struct OpenSlice;
   struct RankState;
+  struct Slice;
   struct Counter;
+  class TextTable;
+  class ShapeTable;
+  template <class T>
+  class ChunkedLog;
 
   double micros_since_start(Clock::time_point t) const;
   static double micros_between(Clock::time_point from, Clock::time_point to);
   TraceMeta meta_locked() const;
   RankState& rank_state(const Site& site, Clock::time_point now);
   void record_saved(const SaveEvent& e, bool release);
-  static OpenSlice* saving_slice(RankState& state, const Site& site);
+  OpenSlice* saving_slice(RankState& state, const Site& site) const;
   void keep(TraceEvent event);
-  // Room for one more kept event at the end, or null (and one more dropped) once max_events_ are
-  // kept: a whole TraceEvent, or a memory counter's compact record.
-  TraceEvent* add_full(std::int64_t step);
-  Counter* add_counter(std::int64_t step);
+  // False, and one more dropped, once max_events_ are kept; else true and order_ has room.
   bool make_room(std::int64_t step);
   TraceEvent event_at_locked(std::size_t i) const;
   void append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const;
   TraceEventSource source_locked() const;
   TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
                               Clock::time_point start, Clock::time_point end) const;
-  // The rank's ledger's live bytes by category.
-  static std::array<std::uint64_t, kMemoryCategoryCount> live_bytes(const RankState& state);
-  // A memory counter when `live` (the ledger's after an event) differs from the last one.
-  void memory_changed(RankState& state, const Site& site, Clock::time_point now,
-                      const std::array<std::uint64_t, kMemoryCategoryCount>& live);
+  // A memory counter when the rank's ledger's live bytes changed with the event just given to it.
+  void memory_changed(RankState& state, const Site& site, Clock::time_point now);
 
   const std::function<Clock::time_point()> now_;
   const Clock::time_point start_;
@@ -109,15 +106,22 @@ class TraceRecorder final : public Observer {
   const std::size_t max_events_;
   mutable std::mutex mutex_;
   nlohmann::json config_;
-  // The kept events in recording order: each entry of order_ is an index into full_ or, with
-  // kCounterBit set, into counters_. A memory counter (about 80% of a step's events) is kept as a
-  // Counter of some 90 bytes instead of a TraceEvent of some 300, and built when read.
-  std::vector<std::size_t> order_;
-  std::vector<TraceEvent> full_;
-  std::vector<Counter> counters_;
+  // The kept events in recording order: each entry of order_ is an index into full_, slices_ or
+  // counters_, with the store in its top bits. Op slices and memory counters (all but a few of a
+  // step's events) are kept as compact records, their texts and shapes as ids into tables kept
+  // once, and built into TraceEvents when read: recording one writes some 100 bytes and allocates
+  // nothing (docs/benchmarks.md, Observer overhead).
+  std::unique_ptr<ChunkedLog<std::uint64_t>> order_;
+  std::vector<TraceEvent> full_;  // step marks and collectives
+  std::unique_ptr<ChunkedLog<Slice>> slices_;
+  std::unique_ptr<ChunkedLog<Counter>> counters_;
+  std::unique_ptr<TextTable> texts_;
+  std::unique_ptr<ShapeTable> shapes_;
   std::size_t dropped_ = 0;
   std::int64_t first_dropped_step_ = -1;  // the step of the first dropped event; -1 while none is
   std::map<int, std::unique_ptr<RankState>> ranks_;
+  RankState* last_state_ = nullptr;  // rank_state's last answer, and its rank
+  int last_rank_ = 0;
 };
 
 }  // namespace shardscope

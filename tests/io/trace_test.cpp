@@ -245,6 +245,73 @@ TEST(Trace, NamesTheStepOfTheFirstDroppedEvent) {
   EXPECT_EQ(all[all.size() * 5 / 6].step, 2);
 }
 
+// The recorder keeps slices and counters as compact records in 2 MiB chunks, their texts and
+// shapes as ids: hooks called directly, enough of them to fill several chunks of every store
+// (the order of events, slices and counters), with texts that change from event to event and an
+// op whose end names another op than its begin, come back as the events they describe.
+TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
+  TraceRecorder recorder;
+  // Texts of equal length among them: a recorder that compared only lengths would mix them up.
+  const std::vector<std::string> ops{"matmul", "concat", "add"};
+  const std::vector<std::string> scopes{"", "attn.qkv", "attn.out", "mlp.fc1.a.rather.long.name"};
+  const std::vector<std::string> placements{"Shard(0) -> Replicate", "Shard(2) -> Replicate", "",
+                                            "", "Shard(0) -> Replicate"};
+  const std::vector<Shape> shapes_a{Shape{2, 3}}, shapes_b{Shape{4}, Shape{5, 6, 7}};
+  constexpr int kOps = 150'000;  // 2 kept events each: a slice and a memory counter
+  for (int i = 0; i < kOps; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    Site site;
+    site.op = ops[u % 3];
+    site.scope = scopes[(u / 3) % 4];
+    site.layer = i % 4;
+    site.step = i / 1000;
+    site.rank = i % 2;
+    OpEvent op;
+    op.site = site;
+    op.seq = u + 1;
+    op.placement = placements[u % 5];
+    op.inputs = i % 2 == 0 ? &shapes_a : &shapes_b;
+    recorder.on_op_begin(op);
+    StorageEvent alloc;
+    alloc.site = site;
+    alloc.storage_id = u + 1;
+    alloc.bytes = u + 1;
+    recorder.on_alloc(alloc);
+    op.outputs = &shapes_b;
+    if (i % 7 == 0) op.site.op = "renamed";  // the end's op is the slice's
+    recorder.on_op_end(op);
+  }
+  const std::vector<TraceEvent> events = recorder.events();
+  std::uint64_t live[2] = {0, 0};
+  int slices = 0;
+  for (const TraceEvent& e : events) {
+    if (e.kind == TraceEventKind::step) continue;
+    if (e.kind == TraceEventKind::memory) {
+      live[e.rank] += static_cast<std::uint64_t>(slices) + 1;  // this op's allocation
+      ASSERT_EQ(e.memory[static_cast<std::size_t>(MemoryCategory::activation)], live[e.rank])
+          << "counter before slice " << slices;
+      continue;
+    }
+    ASSERT_EQ(e.kind, TraceEventKind::op);
+    const int i = slices++;
+    const auto u = static_cast<std::size_t>(i);
+    ASSERT_EQ(e.seq, u + 1);
+    EXPECT_EQ(e.rank, i % 2);
+    EXPECT_EQ(e.layer, i % 4);
+    EXPECT_EQ(e.step, i / 1000);
+    EXPECT_EQ(e.op, i % 7 == 0 ? "renamed" : ops[u % 3]) << "slice " << i;
+    EXPECT_EQ(e.scope, scopes[(u / 3) % 4]) << "slice " << i;
+    EXPECT_EQ(e.placement, placements[u % 5]) << "slice " << i;
+    EXPECT_EQ(e.inputs.size(), i % 2 == 0 ? 1u : 2u) << "slice " << i;
+    ASSERT_EQ(e.outputs.size(), 2u);
+    EXPECT_EQ(e.outputs[1], "[5, 6, 7]");
+    EXPECT_EQ(e.alloc_bytes, u + 1) << "slice " << i;
+  }
+  EXPECT_EQ(slices, kOps);
+  // A step mark where each rank's step changed: at i = 0 and at every 1000th op, per rank.
+  EXPECT_EQ(events.size(), 2u * kOps + 2u * (kOps / 1000));
+}
+
 TEST(Trace, RankPathsAndMergeForMpiRuns) {
   EXPECT_EQ(rank_trace_path("out/trace.json", 3), "out/trace.rank3.json");
   EXPECT_EQ(rank_trace_path("trace", 0), "trace.rank0.json");
