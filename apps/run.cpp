@@ -141,7 +141,11 @@ void RunOptions::validate() const {
   if (log_every < 0) {
     throw ArgumentError("--log-every must be >= 1, given " + std::to_string(log_every));
   }
-  if (trace_events < 1) throw ArgumentError("--trace-events must be >= 1");
+  if (trace_events < 1 || trace_events > TraceRecorder::kMaxEvents) {
+    throw ArgumentError("--trace-events must be in [1, " +
+                        std::to_string(TraceRecorder::kMaxEvents) + "], given " +
+                        std::to_string(trace_events));
+  }
   check_output_file("--report", report_path);
   check_output_file("--trace", trace_path);
   check_dump_folder("--dump", dump_dir, overwrite);

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "autograd/errors.h"
 #include "autograd/memory_ledger.h"
 
 #if defined(__linux__)
@@ -46,13 +47,22 @@ void advise_huge_pages(void* data, std::size_t bytes) {
 
 }  // namespace
 
-// An op slice as the recorder keeps it: its texts and shape lists as ids into the recorder's
-// tables (TraceRecorder::event_at_locked builds the event).
-struct TraceRecorder::Slice {
+// Where a kept slice or counter happened: its rank, step, phase and layer (few distinct ones a
+// step, so records name them by index into TraceRecorder::places_).
+struct TraceRecorder::Place {
   int rank = 0;
   int layer = -1;
   std::int64_t step = 0;
   Phase phase = Phase::forward;
+  bool is(const Site& site) const {
+    return rank == site.rank && layer == site.layer && step == site.step && phase == site.phase;
+  }
+};
+
+// An op slice as the recorder keeps it: its place, texts and shape lists as ids into the
+// recorder's tables (TraceRecorder::event_at_locked builds the event).
+struct TraceRecorder::Slice {
+  std::uint32_t place = 0;
   std::uint32_t op = 0, scope = 0, placement = 0;  // TextTable ids
   std::uint32_t inputs = 0, outputs = 0;           // ShapeTable ids
   std::uint64_t seq = 0;
@@ -60,14 +70,16 @@ struct TraceRecorder::Slice {
   std::uint64_t alloc_bytes = 0, saved_bytes = 0, saved_extra_bytes = 0, released_bytes = 0;
 };
 
-// A memory counter as the recorder keeps it.
+// A memory counter as the recorder keeps it: the live bytes of the categories that changed since
+// the rank's counter before (`changed`, a bit per MemoryCategory), which are values_[first_value]
+// on, in category order. Every kSnapshotEvery-th counter of a rank (its first included) keeps all
+// of them, so reading one goes back at most that many counters (TraceRecorder::live_at).
 struct TraceRecorder::Counter {
-  int rank = 0;
-  int layer = -1;
-  std::int64_t step = 0;
   double ts_us = 0;
-  Phase phase = Phase::forward;
-  std::array<std::uint64_t, kMemoryCategoryCount> memory{};
+  std::uint32_t place = 0;
+  std::uint32_t previous = 0;  // the index of the rank's counter before, or kNoCounter
+  std::uint32_t first_value = 0;
+  std::uint8_t changed = 0;
 };
 
 // A forward op or backward node that has begun and not yet ended on one rank.
@@ -178,24 +190,34 @@ struct TraceRecorder::RankState {
   MemoryLedger ledger{MemoryLedger::Locking::by_owner};  // used under the recorder's mutex only
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
   std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
+  std::uint32_t place = 0;  // the index of the rank's last place (valid once has_place)
+  bool has_place = false;
+  std::uint32_t last_counter = 0;  // the index of its last counter (valid once has_counter)
+  bool has_counter = false;
+  int since_snapshot = 0;  // counters since its last one that kept every category
 };
 
 namespace {
 
-// Where a kept event is: order_'s entries name their store in the top two bits.
-enum class Store : std::uint64_t { full = 0, slice = 1, counter = 2 };
-constexpr int kStoreShift = 62;
-constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kStoreShift) - 1;
+// Where a kept event is: order_'s entries name their store in the top two bits, its index in
+// the rest (TraceRecorder's constructor bounds max_events so that every index fits).
+enum class Store : std::uint32_t { full = 0, slice = 1, counter = 2 };
+constexpr int kStoreShift = 30;
+constexpr std::uint32_t kIndexMask = (std::uint32_t{1} << kStoreShift) - 1;
 
-std::uint64_t order_entry(Store store, std::size_t index) {
-  return (static_cast<std::uint64_t>(store) << kStoreShift) | index;
+std::uint32_t order_entry(Store store, std::size_t index) {
+  return (static_cast<std::uint32_t>(store) << kStoreShift) | static_cast<std::uint32_t>(index);
 }
-Store store_of(std::uint64_t entry) {
+Store store_of(std::uint32_t entry) {
   return static_cast<Store>(entry >> kStoreShift);
 }
-std::size_t index_of(std::uint64_t entry) {
-  return static_cast<std::size_t>(entry & kIndexMask);
+std::size_t index_of(std::uint32_t entry) {
+  return entry & kIndexMask;
 }
+
+constexpr std::uint32_t kNoCounter = ~std::uint32_t{0};
+constexpr std::uint8_t kEveryCategory = (1u << kMemoryCategoryCount) - 1;
+constexpr int kSnapshotEvery = 64;
 
 // An event of no duration (a step mark, a memory counter) with its place in the run.
 TraceEvent instant(TraceEventKind kind, int rank, std::int64_t step, Phase phase, int layer,
@@ -223,11 +245,17 @@ TraceRecorder::TraceRecorder(TraceOptions options)
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
       config_(std::move(options.config)),
-      order_(std::make_unique<ChunkedLog<std::uint64_t>>()),
+      order_(std::make_unique<ChunkedLog<std::uint32_t>>()),
       slices_(std::make_unique<ChunkedLog<Slice>>()),
       counters_(std::make_unique<ChunkedLog<Counter>>()),
+      values_(std::make_unique<ChunkedLog<std::uint64_t>>()),
       texts_(std::make_unique<TextTable>()),
-      shapes_(std::make_unique<ShapeTable>()) {}
+      shapes_(std::make_unique<ShapeTable>()) {
+  if (max_events_ > kMaxEvents) {
+    throw ArgumentError("TraceOptions::max_events: expected at most " + std::to_string(kMaxEvents) +
+                        " events, given " + std::to_string(max_events_));
+  }
+}
 
 TraceRecorder::~TraceRecorder() = default;
 
@@ -276,12 +304,13 @@ bool TraceRecorder::make_room(std::int64_t step) {
 }
 
 TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
-  const std::uint64_t entry = (*order_)[i];
+  const std::uint32_t entry = (*order_)[i];
   const std::size_t index = index_of(entry);
   switch (store_of(entry)) {
     case Store::slice: {
       const Slice& s = (*slices_)[index];
-      TraceEvent e = instant(TraceEventKind::op, s.rank, s.step, s.phase, s.layer, s.ts_us);
+      const Place& p = places_[s.place];
+      TraceEvent e = instant(TraceEventKind::op, p.rank, p.step, p.phase, p.layer, s.ts_us);
       e.op = texts_->text(s.op);
       e.scope = texts_->text(s.scope);
       e.seq = s.seq;
@@ -297,8 +326,9 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
     }
     case Store::counter: {
       const Counter& c = (*counters_)[index];
-      TraceEvent e = instant(TraceEventKind::memory, c.rank, c.step, c.phase, c.layer, c.ts_us);
-      e.memory = c.memory;
+      const Place& p = places_[c.place];
+      TraceEvent e = instant(TraceEventKind::memory, p.rank, p.step, p.phase, p.layer, c.ts_us);
+      e.memory = live_at(index);
       return e;
     }
     case Store::full:
@@ -311,7 +341,7 @@ TraceEventSource TraceRecorder::source_locked() const {
   TraceEventSource source;
   source.count = order_->size();
   source.key = [this](std::size_t i) {
-    const std::uint64_t entry = (*order_)[i];
+    const std::uint32_t entry = (*order_)[i];
     const std::size_t index = index_of(entry);
     switch (store_of(entry)) {
       case Store::slice:
@@ -327,19 +357,62 @@ TraceEventSource TraceRecorder::source_locked() const {
   return source;
 }
 
+std::uint32_t TraceRecorder::place_of(RankState& state, const Site& site) {
+  if (!state.has_place || !places_[state.place].is(site)) {
+    state.place = static_cast<std::uint32_t>(places_.size());
+    state.has_place = true;
+    places_.push_back(Place{site.rank, site.layer, site.step, site.phase});
+  }
+  return state.place;
+}
+
+std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_at(std::size_t counter) const {
+  std::array<std::uint64_t, kMemoryCategoryCount> live{};
+  std::uint8_t found = 0;
+  // Back from `counter` through its rank's counters, each category's latest value; a snapshot
+  // (every category) at most kSnapshotEvery counters back ends the walk.
+  for (std::uint32_t i = static_cast<std::uint32_t>(counter); found != kEveryCategory;) {
+    const Counter& c = (*counters_)[i];
+    std::size_t value = c.first_value;
+    for (int k = 0; k < kMemoryCategoryCount; ++k) {
+      const auto bit = static_cast<std::uint8_t>(1u << k);
+      if (!(c.changed & bit)) continue;
+      if (!(found & bit)) live[static_cast<std::size_t>(k)] = (*values_)[value];
+      found |= bit;
+      ++value;
+    }
+    if (c.previous == kNoCounter) break;  // the rank's first counter: a snapshot
+    i = c.previous;
+  }
+  return live;
+}
+
 void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
   const std::array<std::size_t, kMemoryCategoryCount> live = state.ledger.live_all();
-  if (std::equal(live.begin(), live.end(), state.memory.begin())) return;
-  std::copy(live.begin(), live.end(), state.memory.begin());
-  if (!make_room(site.step)) return;
-  order_->push() = order_entry(Store::counter, counters_->size());
+  std::uint8_t changed = 0;
+  for (int k = 0; k < kMemoryCategoryCount; ++k) {
+    const auto c = static_cast<std::size_t>(k);
+    if (live[c] != state.memory[c]) changed |= static_cast<std::uint8_t>(1u << k);
+    state.memory[c] = live[c];
+  }
+  if (changed == 0 || !make_room(site.step)) return;
+  if (!state.has_counter || ++state.since_snapshot == kSnapshotEvery) {
+    changed = kEveryCategory;
+    state.since_snapshot = 0;
+  }
+  const auto index = static_cast<std::uint32_t>(counters_->size());
+  order_->push() = order_entry(Store::counter, index);
   Counter& counter = counters_->push();
-  counter.rank = site.rank;
-  counter.step = site.step;
-  counter.phase = site.phase;
-  counter.layer = site.layer;
   counter.ts_us = micros_since_start(now);
-  counter.memory = state.memory;
+  counter.place = place_of(state, site);
+  counter.previous = state.has_counter ? state.last_counter : kNoCounter;
+  counter.first_value = static_cast<std::uint32_t>(values_->size());
+  counter.changed = changed;
+  for (int k = 0; k < kMemoryCategoryCount; ++k) {
+    if (changed & (1u << k)) values_->push() = state.memory[static_cast<std::size_t>(k)];
+  }
+  state.last_counter = index;
+  state.has_counter = true;
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
@@ -368,10 +441,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   if (make_room(e.site.step)) {
     order_->push() = order_entry(Store::slice, slices_->size());
     Slice& slice = slices_->push();
-    slice.rank = e.site.rank;
-    slice.layer = e.site.layer;
-    slice.step = e.site.step;
-    slice.phase = e.site.phase;
+    slice.place = place_of(state, e.site);
     // The end's op and scope (mostly the begin's).
     slice.op = texts_->text(open.op) == e.site.op ? open.op : texts_->id(e.site.op);
     slice.scope = texts_->text(open.scope) == e.site.scope ? open.scope : texts_->id(e.site.scope);

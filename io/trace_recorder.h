@@ -10,6 +10,7 @@
 // files with merge_trace_files (io/trace_reader.h).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,11 @@ struct TraceOptions {
 
 class TraceRecorder final : public Observer {
  public:
+  // The largest TraceOptions::max_events (its records name events by 32-bit indices). Kept events
+  // take some 50 bytes each: the bound is 13 GiB of them.
+  static constexpr std::size_t kMaxEvents = std::size_t{1} << 28;
+
+  // Throws ArgumentError when options.max_events is above kMaxEvents.
   explicit TraceRecorder(TraceOptions options = {});
   ~TraceRecorder() override;
   TraceRecorder(const TraceRecorder&) = delete;
@@ -76,6 +82,7 @@ class TraceRecorder final : public Observer {
   using Clock = std::chrono::steady_clock;
   struct OpenSlice;
   struct RankState;
+  struct Place;
   struct Slice;
   struct Counter;
   class TextTable;
@@ -99,6 +106,10 @@ class TraceRecorder final : public Observer {
                               Clock::time_point start, Clock::time_point end) const;
   // A memory counter when the rank's ledger's live bytes changed with the event just given to it.
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
+  // The index in places_ of `site`'s place (the rank's last one when it is the same).
+  std::uint32_t place_of(RankState& state, const Site& site);
+  // The live bytes by category that counters_[counter] shows.
+  std::array<std::uint64_t, kMemoryCategoryCount> live_at(std::size_t counter) const;
 
   const std::function<Clock::time_point()> now_;
   const Clock::time_point start_;
@@ -108,13 +119,16 @@ class TraceRecorder final : public Observer {
   nlohmann::json config_;
   // The kept events in recording order: each entry of order_ is an index into full_, slices_ or
   // counters_, with the store in its top bits. Op slices and memory counters (all but a few of a
-  // step's events) are kept as compact records, their texts and shapes as ids into tables kept
-  // once, and built into TraceEvents when read: recording one writes some 100 bytes and allocates
-  // nothing (docs/benchmarks.md, Observer overhead).
-  std::unique_ptr<ChunkedLog<std::uint64_t>> order_;
+  // step's events) are kept as compact records (a counter: the categories that changed), their
+  // places, texts and shapes as ids into tables kept once, and built into TraceEvents when read:
+  // recording one writes some 40 to 80 bytes and allocates nothing (docs/benchmarks.md, Observer
+  // overhead: fresh memory the events fill costs more than the rest of recording them).
+  std::unique_ptr<ChunkedLog<std::uint32_t>> order_;
   std::vector<TraceEvent> full_;  // step marks and collectives
   std::unique_ptr<ChunkedLog<Slice>> slices_;
   std::unique_ptr<ChunkedLog<Counter>> counters_;
+  std::unique_ptr<ChunkedLog<std::uint64_t>> values_;  // the counters' live bytes
+  std::vector<Place> places_;
   std::unique_ptr<TextTable> texts_;
   std::unique_ptr<ShapeTable> shapes_;
   std::size_t dropped_ = 0;

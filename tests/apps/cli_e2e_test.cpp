@@ -230,6 +230,8 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
        "ulysses (set by --mode)"},
       {"run --dtype f8", "--dtype f8 is not supported: expected f32, f64, bf16 or f16"},
       {"run --steps 0", "--steps must be >= 1"},
+      {"run --trace-events 0", "--trace-events must be in [1, 268435456], given 0"},
+      {"run --trace-events 268435457", "--trace-events must be in [1, 268435456], given 268435457"},
       {"run --lr nan", "--lr must be a finite number > 0"},
       {"run --lr -1", "--lr must be a finite number > 0"},
       {"run --seq 4294967296 --batch 4294967296 --hidden 4 --heads 4", "more than the 1e12"},

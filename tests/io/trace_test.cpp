@@ -245,10 +245,12 @@ TEST(Trace, NamesTheStepOfTheFirstDroppedEvent) {
   EXPECT_EQ(all[all.size() * 5 / 6].step, 2);
 }
 
-// The recorder keeps slices and counters as compact records in 2 MiB chunks, their texts and
-// shapes as ids: hooks called directly, enough of them to fill several chunks of every store
-// (the order of events, slices and counters), with texts that change from event to event and an
-// op whose end names another op than its begin, come back as the events they describe.
+// The recorder keeps slices and counters as compact records in 2 MiB chunks, their places, texts
+// and shapes as ids, a counter as the categories that changed: hooks called directly, enough of
+// them to fill several chunks of every store (the order of events, slices, counters and their
+// values), on two ranks in turn, with texts that change from event to event, an op whose end names
+// another op than its begin, and memory that moves between categories, come back as the events
+// they describe.
 TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
   TraceRecorder recorder;
   // Texts of equal length among them: a recorder that compared only lengths would mix them up.
@@ -257,15 +259,22 @@ TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
   const std::vector<std::string> placements{"Shard(0) -> Replicate", "Shard(2) -> Replicate", "",
                                             "", "Shard(0) -> Replicate"};
   const std::vector<Shape> shapes_a{Shape{2, 3}}, shapes_b{Shape{4}, Shape{5, 6, 7}};
-  constexpr int kOps = 150'000;  // 2 kept events each: a slice and a memory counter
+  using Live = std::array<std::uint64_t, kMemoryCategoryCount>;
+  std::vector<Live> expected_counters;
+  Live live[2] = {};
+  const auto activation = static_cast<std::size_t>(MemoryCategory::activation);
+  const auto parameter = static_cast<std::size_t>(MemoryCategory::parameter);
+  const auto workspace = static_cast<std::size_t>(MemoryCategory::workspace);
+  constexpr int kOps = 150'000;  // a slice and one to three counters each
   for (int i = 0; i < kOps; ++i) {
     const auto u = static_cast<std::size_t>(i);
+    const int rank = i % 2;
     Site site;
     site.op = ops[u % 3];
     site.scope = scopes[(u / 3) % 4];
     site.layer = i % 4;
     site.step = i / 1000;
-    site.rank = i % 2;
+    site.rank = rank;
     OpEvent op;
     op.site = site;
     op.seq = u + 1;
@@ -276,20 +285,39 @@ TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
     alloc.site = site;
     alloc.storage_id = u + 1;
     alloc.bytes = u + 1;
+    alloc.category = i % 11 == 0 ? MemoryCategory::workspace : MemoryCategory::activation;
     recorder.on_alloc(alloc);
+    live[rank][i % 11 == 0 ? workspace : activation] += u + 1;
+    expected_counters.push_back(live[rank]);
+    if (i % 3 == 0 && i % 11 != 0) {  // activation -> parameter: two categories change
+      StorageEvent recategorize = alloc;
+      recategorize.previous = MemoryCategory::activation;
+      recategorize.category = MemoryCategory::parameter;
+      recorder.on_recategorize(recategorize);
+      live[rank][activation] -= u + 1;
+      live[rank][parameter] += u + 1;
+      expected_counters.push_back(live[rank]);
+    }
+    if (i % 11 == 0) {
+      recorder.on_free(alloc);
+      live[rank][workspace] -= u + 1;
+      expected_counters.push_back(live[rank]);
+    }
     op.outputs = &shapes_b;
     if (i % 7 == 0) op.site.op = "renamed";  // the end's op is the slice's
     recorder.on_op_end(op);
   }
   const std::vector<TraceEvent> events = recorder.events();
-  std::uint64_t live[2] = {0, 0};
+  std::size_t counters = 0;
   int slices = 0;
   for (const TraceEvent& e : events) {
     if (e.kind == TraceEventKind::step) continue;
     if (e.kind == TraceEventKind::memory) {
-      live[e.rank] += static_cast<std::uint64_t>(slices) + 1;  // this op's allocation
-      ASSERT_EQ(e.memory[static_cast<std::size_t>(MemoryCategory::activation)], live[e.rank])
-          << "counter before slice " << slices;
+      ASSERT_LT(counters, expected_counters.size());
+      ASSERT_EQ(e.memory, expected_counters[counters]) << "counter " << counters;
+      EXPECT_EQ(e.rank, slices % 2) << "counter " << counters;
+      EXPECT_EQ(e.step, slices / 1000) << "counter " << counters;
+      ++counters;
       continue;
     }
     ASSERT_EQ(e.kind, TraceEventKind::op);
@@ -308,8 +336,23 @@ TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
     EXPECT_EQ(e.alloc_bytes, u + 1) << "slice " << i;
   }
   EXPECT_EQ(slices, kOps);
+  EXPECT_EQ(counters, expected_counters.size());
   // A step mark where each rank's step changed: at i = 0 and at every 1000th op, per rank.
-  EXPECT_EQ(events.size(), 2u * kOps + 2u * (kOps / 1000));
+  EXPECT_EQ(events.size(), kOps + expected_counters.size() + 2u * (kOps / 1000));
+}
+
+TEST(Trace, RefusesABoundItsIndicesCannotReach) {
+  TraceOptions options;
+  options.max_events = TraceRecorder::kMaxEvents;
+  EXPECT_NO_THROW(TraceRecorder{options});
+  options.max_events = TraceRecorder::kMaxEvents + 1;
+  try {
+    TraceRecorder recorder(options);
+    FAIL() << "a bound above kMaxEvents was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("TraceOptions::max_events: expected at most "
+                                               "268435456 events, given 268435457"));
+  }
 }
 
 TEST(Trace, RankPathsAndMergeForMpiRuns) {
