@@ -51,7 +51,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   entry.bytes = e.bytes;
   entry.base = e.category;
   entry.counted = true;
-  entries_[key_of(e.site, e.storage_id)] = entry;
+  *entries_.try_emplace(key_of(e.site, e.storage_id)).first = entry;
   add_live(e.category, e.bytes);
   if (last_op_ >= op_allocations_.size() || op_allocations_[last_op_].op != e.site.op ||
       op_allocations_[last_op_].scope != e.site.scope) {
@@ -70,23 +70,22 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
 
 void MemoryLedger::on_free(const StorageEvent& e) {
   const std::unique_lock<std::mutex> lock = guard();
-  auto it = entries_.find(key_of(e.site, e.storage_id));
-  if (it == entries_.end()) return;
-  const Entry& entry = it->second;
-  if (entry.counted || entry.saves > 0) sub_live(effective(entry), entry.bytes);
-  entries_.erase(it);
+  const std::uint64_t key = key_of(e.site, e.storage_id);
+  const Entry* entry = entries_.find(key);
+  if (entry == nullptr) return;
+  if (entry->counted || entry->saves > 0) sub_live(effective(*entry), entry->bytes);
+  entries_.erase(key);
 }
 
 void MemoryLedger::on_recategorize(const StorageEvent& e) {
   const std::unique_lock<std::mutex> lock = guard();
-  auto it = entries_.find(key_of(e.site, e.storage_id));
-  if (it == entries_.end()) return;
-  Entry& entry = it->second;
-  if (entry.counted && entry.saves == 0) {
-    sub_live(entry.base, entry.bytes);
-    add_live(e.category, entry.bytes);
+  Entry* entry = entries_.find(key_of(e.site, e.storage_id));
+  if (entry == nullptr) return;
+  if (entry->counted && entry->saves == 0) {
+    sub_live(entry->base, entry->bytes);
+    add_live(e.category, entry->bytes);
   }
-  entry.base = e.category;
+  entry->base = e.category;
 }
 
 std::size_t MemoryLedger::site_index(const SaveEvent& e) {
@@ -104,8 +103,8 @@ std::size_t MemoryLedger::site_index(const SaveEvent& e) {
 void MemoryLedger::on_save(const SaveEvent& e) {
   if (e.storage_category == MemoryCategory::parameter) return;  // weights are not activations
   const std::unique_lock<std::mutex> lock = guard();
-  auto [it, inserted] = entries_.try_emplace(key_of(e.site, e.storage_id));
-  Entry& entry = it->second;
+  auto [found, inserted] = entries_.try_emplace(key_of(e.site, e.storage_id));
+  Entry& entry = *found;
   if (inserted) {  // allocated before the ledger was attached
     entry.bytes = e.bytes;
     entry.base = e.storage_category;
@@ -121,15 +120,15 @@ void MemoryLedger::on_release(const SaveEvent& e) {
   // Found by entry, not by the storage's category now: a tensor saved as an activation and made
   // a parameter later is still released. Parameter saves never made an entry count (saves == 0).
   const std::unique_lock<std::mutex> lock = guard();
-  auto it = entries_.find(key_of(e.site, e.storage_id));
-  if (it == entries_.end() || it->second.saves == 0) return;
-  Entry& entry = it->second;
-  if (--entry.saves > 0) return;
-  sub_live(saved_category(entry.role), entry.bytes);
-  if (entry.counted) {
-    add_live(entry.base, entry.bytes);
+  const std::uint64_t key = key_of(e.site, e.storage_id);
+  Entry* entry = entries_.find(key);
+  if (entry == nullptr || entry->saves == 0) return;
+  if (--entry->saves > 0) return;
+  sub_live(saved_category(entry->role), entry->bytes);
+  if (entry->counted) {
+    add_live(entry->base, entry->bytes);
   } else {
-    entries_.erase(it);
+    entries_.erase(key);
   }
 }
 
@@ -167,11 +166,11 @@ void MemoryLedger::reset_peaks() {
 std::size_t MemoryLedger::saved_bytes(SaveRole role, std::optional<int> layer) const {
   const std::unique_lock<std::mutex> lock = guard();
   std::size_t total = 0;
-  for (const auto& [id, entry] : entries_) {
-    if (entry.saves == 0 || entry.role != role) continue;
-    if (layer && site_keys_[entry.site].layer != *layer) continue;
+  entries_.for_each([&](std::uint64_t, const Entry& entry) {
+    if (entry.saves == 0 || entry.role != role) return;
+    if (layer && site_keys_[entry.site].layer != *layer) return;
     total += entry.bytes;
-  }
+  });
   return total;
 }
 
@@ -190,9 +189,9 @@ std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<i
     const SiteKey& k = site_keys_[i];
     sites[i] = {k.scope, k.op, k.layer, k.role, 0};
   }
-  for (const auto& [id, entry] : entries_) {
+  entries_.for_each([&](std::uint64_t, const Entry& entry) {
     if (entry.saves > 0) sites[entry.site].bytes += entry.bytes;
-  }
+  });
   std::vector<SavedSite> out;
   for (SavedSite& s : sites) {
     if (s.bytes > 0 && (!layer || s.layer == *layer)) out.push_back(std::move(s));

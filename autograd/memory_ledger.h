@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autograd/flat_id_map.h"
 #include "autograd/observer.h"
 
 namespace shardscope {
@@ -90,7 +91,7 @@ class MemoryLedger final : public Observer {
 
   const Locking locking_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::uint64_t, Entry> entries_;
+  FlatIdMap<Entry> entries_;  // by key_of(rank, storage id)
   std::array<std::size_t, kMemoryCategoryCount> live_{};
   std::array<std::size_t, kMemoryCategoryCount> peak_{};
   std::size_t live_total_ = 0;
