@@ -21,6 +21,9 @@
 //                              ratio (median of the pairs' wall-time ratios) and cpu_ratio (the
 //                              same with the process's CPU time, all threads: the work the
 //                              observers add, which other programs on the machine inflate less).
+//   BM_ObserverHooks/s/b/h/a     one such step's observer calls made again, without the step, on
+//                              a new recorder and a new ledger: each one's cost per call
+//                              (counters recorder_ns, ledger_ns; calls: a step's).
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -36,6 +39,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -287,6 +291,122 @@ void BM_ObserverOverhead(benchmark::State& state) {
   state.counters["events"] = static_cast<double>(recorder.events().size());
 }
 
+// One step's observer calls, kept (with their own copies of the texts and shapes the events point
+// to) so that they can be made again: BM_ObserverHooks.
+class HookLog final : public Observer {
+ public:
+  void on_op_begin(const OpEvent& e) override { keep_op(add(Kind::op_begin, e.site), e); }
+  void on_op_end(const OpEvent& e) override { keep_op(add(Kind::op_end, e.site), e); }
+  void on_alloc(const StorageEvent& e) override { add(Kind::alloc, e.site).storage = e; }
+  void on_free(const StorageEvent& e) override { add(Kind::free, e.site).storage = e; }
+  void on_recategorize(const StorageEvent& e) override {
+    add(Kind::recategorize, e.site).storage = e;
+  }
+  void on_save(const SaveEvent& e) override { add(Kind::save, e.site).save = e; }
+  void on_release(const SaveEvent& e) override { add(Kind::release, e.site).save = e; }
+
+  std::size_t size() const { return calls_.size(); }
+  // Makes the calls again on `o`, as step `step`.
+  void replay(Observer& o, std::int64_t step) const {
+    for (const Call& c : calls_) {
+      Site site = c.site;
+      site.op = c.op_text;
+      site.scope = c.scope_text;
+      site.step = step;
+      if (c.kind == Kind::op_begin || c.kind == Kind::op_end) {
+        OpEvent op = c.op;
+        op.site = site;
+        op.placement = c.placement;
+        op.inputs = c.has_inputs ? &c.inputs : nullptr;
+        op.outputs = c.has_outputs ? &c.outputs : nullptr;
+        c.kind == Kind::op_begin ? o.on_op_begin(op) : o.on_op_end(op);
+      } else if (c.kind == Kind::save || c.kind == Kind::release) {
+        SaveEvent save = c.save;
+        save.site = site;
+        c.kind == Kind::save ? o.on_save(save) : o.on_release(save);
+      } else {
+        StorageEvent storage = c.storage;
+        storage.site = site;
+        if (c.kind == Kind::alloc) o.on_alloc(storage);
+        if (c.kind == Kind::free) o.on_free(storage);
+        if (c.kind == Kind::recategorize) o.on_recategorize(storage);
+      }
+    }
+  }
+
+ private:
+  enum class Kind { op_begin, op_end, alloc, free, recategorize, save, release };
+  struct Call {
+    Kind kind = Kind::op_begin;
+    Site site;
+    std::string op_text, scope_text, placement;
+    OpEvent op;
+    StorageEvent storage;
+    SaveEvent save;
+    std::vector<Shape> inputs, outputs;
+    bool has_inputs = false, has_outputs = false;
+  };
+  Call& add(Kind kind, const Site& site) {
+    Call& c = calls_.emplace_back();
+    c.kind = kind;
+    c.site = site;
+    c.op_text = std::string(site.op);
+    c.scope_text = std::string(site.scope);
+    return c;
+  }
+  static void keep_op(Call& c, const OpEvent& e) {
+    c.placement = std::string(e.placement);
+    c.has_inputs = e.inputs != nullptr;
+    c.has_outputs = e.outputs != nullptr;
+    if (e.inputs) c.inputs = *e.inputs;
+    if (e.outputs) c.outputs = *e.outputs;
+    c.op = e;
+    c.op.input_tensors = c.op.output_tensors = nullptr;  // valid only during the call
+  }
+  std::deque<Call> calls_;
+};
+
+// BM_ObserverHooks/s/b/h/a: one training step's observer calls, recorded once, made again for 1000
+// steps on a new TraceRecorder and a new MemoryLedger each iteration: what each observer costs a
+// call away from the step's own work (warm caches, but fresh memory for the recorder's events:
+// it is made anew). Counters: calls (a step's), recorder_ns and ledger_ns (per call).
+void BM_ObserverHooks(benchmark::State& state) {
+  const LayerConfig c = config_of(state);
+  Context ctx;
+  TransformerLayer layer(c, make_layer_weights(ctx, c));
+  const std::vector<Tensor> params = layer.parameters();
+  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
+  HookLog log;
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) ctx.add_observer(&log);  // the second step: the first maps its memory
+    {
+      Tensor loss = sum(layer.forward(x));
+      loss.backward();
+    }
+    sgd_step(params, 1e-3);
+  }
+  ctx.remove_observer(&log);
+  constexpr int kSteps = 1000;
+  double recorder_ns = 0, ledger_ns = 0;
+  auto timed = [](Observer& o, const HookLog& calls) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int step = 0; step < kSteps; ++step) calls.replay(o, step);
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  for (auto _ : state) {
+    TraceRecorder recorder;
+    MemoryLedger ledger;
+    recorder_ns += timed(recorder, log);
+    ledger_ns += timed(ledger, log);
+  }
+  const double calls =
+      static_cast<double>(state.iterations()) * kSteps * static_cast<double>(log.size());
+  state.counters["calls"] = static_cast<double>(log.size());
+  state.counters["recorder_ns"] = recorder_ns / calls;
+  state.counters["ledger_ns"] = ledger_ns / calls;
+}
+
 // Our flags, taken out of argv before Google Benchmark reads the rest.
 struct BenchFlags {
   Device device = Device::cpu();
@@ -373,6 +493,11 @@ void register_benchmarks(const BenchFlags& flags) {
       ->Args({256, 4, 512, 8})
       ->ArgNames({"s", "b", "h", "a"})
       ->MinTime(5.0)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ObserverHooks", BM_ObserverHooks)
+      ->Args({64, 2, 128, 4})
+      ->ArgNames({"s", "b", "h", "a"})
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
 }
