@@ -2,6 +2,9 @@
 #include "autograd/memory_ledger.h"
 
 #include <algorithm>
+#include <string>
+
+#include "autograd/errors.h"
 
 namespace shardscope {
 namespace {
@@ -53,6 +56,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   entry.counted = true;
   *entries_.try_emplace(key_of(e.site, e.storage_id)).first = entry;
   add_live(e.category, e.bytes);
+  if (detail_ == Detail::live_only) return;
   if (last_op_ >= op_allocations_.size() || op_allocations_[last_op_].op != e.site.op ||
       op_allocations_[last_op_].scope != e.site.scope) {
     key_.assign(e.site.scope).append("/").append(e.site.op);
@@ -112,7 +116,7 @@ void MemoryLedger::on_save(const SaveEvent& e) {
   if (entry.saves++ > 0) return;  // already counted under its first saver
   if (entry.counted) sub_live(entry.base, entry.bytes);
   entry.role = e.role;
-  entry.site = site_index(e);
+  if (detail_ == Detail::full) entry.site = site_index(e);
   add_live(effective(entry), entry.bytes);
 }
 
@@ -163,7 +167,15 @@ void MemoryLedger::reset_peaks() {
   peak_total_ = live_total_;
 }
 
+void MemoryLedger::require_full(const char* query) const {
+  if (detail_ == Detail::full) return;
+  throw StateError(std::string("MemoryLedger::") + query +
+                   ": this ledger keeps live bytes only (Detail::live_only), not the saving sites "
+                   "and the allocations by op");
+}
+
 std::size_t MemoryLedger::saved_bytes(SaveRole role, std::optional<int> layer) const {
+  if (layer) require_full("saved bytes of one layer");
   const std::unique_lock<std::mutex> lock = guard();
   std::size_t total = 0;
   entries_.for_each([&](std::uint64_t, const Entry& entry) {
@@ -183,6 +195,7 @@ std::size_t MemoryLedger::extras_bytes(std::optional<int> layer) const {
 }
 
 std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<int> layer) const {
+  require_full("saved_by_site");
   const std::unique_lock<std::mutex> lock = guard();
   std::vector<SavedSite> sites(site_keys_.size());
   for (std::size_t i = 0; i < site_keys_.size(); ++i) {
@@ -205,6 +218,7 @@ std::size_t MemoryLedger::accounting_errors() const {
 }
 
 std::vector<MemoryLedger::OpAllocations> MemoryLedger::allocations_by_op() const {
+  require_full("allocations_by_op");
   const std::unique_lock<std::mutex> lock = guard();
   return op_allocations_;
 }

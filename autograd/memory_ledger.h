@@ -24,7 +24,12 @@ namespace shardscope {
 class MemoryLedger final : public Observer {
  public:
   enum class Locking { own, by_owner };
-  explicit MemoryLedger(Locking locking = Locking::own) : locking_(locking) {}
+  // What it keeps: everything below, or only the live and peak bytes by category (the trace
+  // recorder's per-rank ledgers, whose every event would otherwise also look up the op's
+  // allocation totals and the saving site; the queries by op and by site then throw StateError).
+  enum class Detail { full, live_only };
+  explicit MemoryLedger(Locking locking = Locking::own, Detail detail = Detail::full)
+      : locking_(locking), detail_(detail) {}
 
   // Saved bytes grouped by the op that first saved them.
   struct SavedSite {
@@ -89,7 +94,11 @@ class MemoryLedger final : public Observer {
   std::size_t site_index(const SaveEvent& e);
   std::size_t saved_bytes(SaveRole role, std::optional<int> layer) const;
 
+  // Throws StateError naming `query` when the ledger keeps live bytes only.
+  void require_full(const char* query) const;
+
   const Locking locking_;
+  const Detail detail_;
   mutable std::mutex mutex_;
   FlatIdMap<Entry> entries_;  // by key_of(rank, storage id)
   std::array<std::size_t, kMemoryCategoryCount> live_{};

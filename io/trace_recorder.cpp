@@ -71,9 +71,9 @@ struct TraceRecorder::Slice {
 };
 
 // A memory counter as the recorder keeps it: the live bytes of the categories that changed since
-// the rank's counter before (`changed`, a bit per MemoryCategory), which are values_[first_value]
-// on, in category order. Every kSnapshotEvery-th counter of a rank (its first included) keeps all
-// of them, so reading one goes back at most that many counters (TraceRecorder::live_at).
+// the rank's counter before (`changed`, a bit per MemoryCategory), which are the values from
+// first_value on, in category order. Every kSnapshotEvery-th counter of a rank (its first included)
+// keeps all of them, so reading one goes back at most that many counters (TraceRecorder::live_at).
 struct TraceRecorder::Counter {
   double ts_us = 0;
   std::uint32_t place = 0;
@@ -157,49 +157,67 @@ class TraceRecorder::ChunkedLog {
 
  public:
   std::size_t size() const { return size_; }
-  const T& operator[](std::size_t i) const { return *slot(i); }
-  // A new value-initialised record at the end.
+  const T& operator[](std::size_t i) const {
+    return static_cast<const T*>(chunks_[i / kPerChunk].get())[i % kPerChunk];
+  }
+  // A new value-initialised record at the end (it reads and writes the log's first three fields
+  // and the record's memory: nothing else while the chunk lasts).
   T& push() {
-    if (size_ == chunks_.size() * kPerChunk) {
-      void* memory = std::aligned_alloc(kChunkBytes, kChunkBytes);
-      if (memory == nullptr) throw std::bad_alloc();
-      chunks_.emplace_back(memory);
-      advise_huge_pages(memory, kChunkBytes);
-    }
-    return *new (slot(size_++)) T();
+    if (tail_ == end_) add_chunk();
+    ++size_;
+    return *new (tail_++) T();
   }
 
  private:
-  T* slot(std::size_t i) const {
-    return static_cast<T*>(chunks_[i / kPerChunk].get()) + i % kPerChunk;
+  void add_chunk() {
+    void* memory = std::aligned_alloc(kChunkBytes, kChunkBytes);
+    if (memory == nullptr) throw std::bad_alloc();
+    chunks_.emplace_back(memory);
+    advise_huge_pages(memory, kChunkBytes);
+    tail_ = static_cast<T*>(memory);
+    end_ = tail_ + kPerChunk;
   }
-  std::vector<std::unique_ptr<void, Free>> chunks_;
+  T* tail_ = nullptr;  // the next record's place in the last chunk, and that chunk's end
+  T* end_ = nullptr;
   std::size_t size_ = 0;
+  std::vector<std::unique_ptr<void, Free>> chunks_;
+};
+
+// The kept records, side by side: appending a counter touches the order's, the counters' and the
+// values' fields here (and the records), a few cache lines that stay near each other.
+struct TraceRecorder::Stores {
+  ChunkedLog<std::uint32_t> order;
+  ChunkedLog<Slice> slices;
+  ChunkedLog<Counter> counters;
+  ChunkedLog<std::uint64_t> values;
 };
 
 // What the recorder tracks for one rank: its open slices (innermost last), its step, the time of
 // its last event (a collective's slice starts there: see on_collective), and its live memory by
 // category, kept by a MemoryLedger of its own so the counters follow the ledger's rules.
 struct TraceRecorder::RankState {
-  std::vector<OpenSlice> open;
+  // What every event reads or writes first, together.
   bool has_step = false;
+  bool has_place = false;
+  bool has_counter = false;
   std::int64_t step = 0;
   Clock::time_point last_event;
-  std::optional<Clock::time_point> collective_start;     // set by on_collective_begin
-  std::optional<TraceEvent> pending_collective;          // the call entered and not yet left
-  MemoryLedger ledger{MemoryLedger::Locking::by_owner};  // used under the recorder's mutex only
   std::array<std::uint64_t, kMemoryCategoryCount> memory{};
-  std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
-  std::uint32_t place = 0;  // the index of the rank's last place (valid once has_place)
-  bool has_place = false;
+  Place place_key;                 // the rank's last place (valid once has_place)
+  std::uint32_t place = 0;         // and its index
   std::uint32_t last_counter = 0;  // the index of its last counter (valid once has_counter)
-  bool has_counter = false;
-  int since_snapshot = 0;  // counters since its last one that kept every category
+  int since_snapshot = 0;          // counters since its last one that kept every category
+  std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
+  std::vector<OpenSlice> open;
+  // Its live bytes, by the ledger's rules (used under the recorder's mutex only).
+  MemoryLedger ledger{MemoryLedger::Locking::by_owner, MemoryLedger::Detail::live_only};
+  std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
+  std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
 };
 
 namespace {
 
-// Where a kept event is: order_'s entries name their store in the top two bits, its index in
+// Where a kept event is: the order's entries name their store in the top two bits, its index in
 // the rest (TraceRecorder's constructor bounds max_events so that every index fits).
 enum class Store : std::uint32_t { full = 0, slice = 1, counter = 2 };
 constexpr int kStoreShift = 30;
@@ -245,10 +263,7 @@ TraceRecorder::TraceRecorder(TraceOptions options)
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
       config_(std::move(options.config)),
-      order_(std::make_unique<ChunkedLog<std::uint32_t>>()),
-      slices_(std::make_unique<ChunkedLog<Slice>>()),
-      counters_(std::make_unique<ChunkedLog<Counter>>()),
-      values_(std::make_unique<ChunkedLog<std::uint64_t>>()),
+      stores_(std::make_unique<Stores>()),
       texts_(std::make_unique<TextTable>()),
       shapes_(std::make_unique<ShapeTable>()) {
   if (max_events_ > kMaxEvents) {
@@ -293,22 +308,22 @@ TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::tim
 
 void TraceRecorder::keep(TraceEvent event) {
   if (!make_room(event.step)) return;
-  order_->push() = order_entry(Store::full, full_.size());
+  stores_->order.push() = order_entry(Store::full, full_.size());
   full_.push_back(std::move(event));
 }
 
 bool TraceRecorder::make_room(std::int64_t step) {
-  if (order_->size() < max_events_) return true;
+  if (stores_->order.size() < max_events_) return true;
   if (dropped_++ == 0) first_dropped_step_ = step;
   return false;
 }
 
 TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
-  const std::uint32_t entry = (*order_)[i];
+  const std::uint32_t entry = stores_->order[i];
   const std::size_t index = index_of(entry);
   switch (store_of(entry)) {
     case Store::slice: {
-      const Slice& s = (*slices_)[index];
+      const Slice& s = stores_->slices[index];
       const Place& p = places_[s.place];
       TraceEvent e = instant(TraceEventKind::op, p.rank, p.step, p.phase, p.layer, s.ts_us);
       e.op = texts_->text(s.op);
@@ -325,7 +340,7 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
       return e;
     }
     case Store::counter: {
-      const Counter& c = (*counters_)[index];
+      const Counter& c = stores_->counters[index];
       const Place& p = places_[c.place];
       TraceEvent e = instant(TraceEventKind::memory, p.rank, p.step, p.phase, p.layer, c.ts_us);
       e.memory = live_at(index);
@@ -339,15 +354,16 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
 
 TraceEventSource TraceRecorder::source_locked() const {
   TraceEventSource source;
-  source.count = order_->size();
+  source.count = stores_->order.size();
   source.key = [this](std::size_t i) {
-    const std::uint32_t entry = (*order_)[i];
+    const std::uint32_t entry = stores_->order[i];
     const std::size_t index = index_of(entry);
     switch (store_of(entry)) {
       case Store::slice:
-        return TraceOrderKey{(*slices_)[index].ts_us, (*slices_)[index].dur_us, TraceEventKind::op};
+        return TraceOrderKey{stores_->slices[index].ts_us, stores_->slices[index].dur_us,
+                             TraceEventKind::op};
       case Store::counter:
-        return TraceOrderKey{(*counters_)[index].ts_us, 0.0, TraceEventKind::memory};
+        return TraceOrderKey{stores_->counters[index].ts_us, 0.0, TraceEventKind::memory};
       case Store::full:
         break;
     }
@@ -358,10 +374,11 @@ TraceEventSource TraceRecorder::source_locked() const {
 }
 
 std::uint32_t TraceRecorder::place_of(RankState& state, const Site& site) {
-  if (!state.has_place || !places_[state.place].is(site)) {
+  if (!state.has_place || !state.place_key.is(site)) {
+    state.place_key = Place{site.rank, site.layer, site.step, site.phase};
     state.place = static_cast<std::uint32_t>(places_.size());
     state.has_place = true;
-    places_.push_back(Place{site.rank, site.layer, site.step, site.phase});
+    places_.push_back(state.place_key);
   }
   return state.place;
 }
@@ -372,12 +389,12 @@ std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_at(std::size
   // Back from `counter` through its rank's counters, each category's latest value; a snapshot
   // (every category) at most kSnapshotEvery counters back ends the walk.
   for (std::uint32_t i = static_cast<std::uint32_t>(counter); found != kEveryCategory;) {
-    const Counter& c = (*counters_)[i];
+    const Counter& c = stores_->counters[i];
     std::size_t value = c.first_value;
     for (int k = 0; k < kMemoryCategoryCount; ++k) {
       const auto bit = static_cast<std::uint8_t>(1u << k);
       if (!(c.changed & bit)) continue;
-      if (!(found & bit)) live[static_cast<std::size_t>(k)] = (*values_)[value];
+      if (!(found & bit)) live[static_cast<std::size_t>(k)] = stores_->values[value];
       found |= bit;
       ++value;
     }
@@ -400,16 +417,16 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
     changed = kEveryCategory;
     state.since_snapshot = 0;
   }
-  const auto index = static_cast<std::uint32_t>(counters_->size());
-  order_->push() = order_entry(Store::counter, index);
-  Counter& counter = counters_->push();
+  const auto index = static_cast<std::uint32_t>(stores_->counters.size());
+  stores_->order.push() = order_entry(Store::counter, index);
+  Counter& counter = stores_->counters.push();
   counter.ts_us = micros_since_start(now);
   counter.place = place_of(state, site);
   counter.previous = state.has_counter ? state.last_counter : kNoCounter;
-  counter.first_value = static_cast<std::uint32_t>(values_->size());
+  counter.first_value = static_cast<std::uint32_t>(stores_->values.size());
   counter.changed = changed;
   for (int k = 0; k < kMemoryCategoryCount; ++k) {
-    if (changed & (1u << k)) values_->push() = state.memory[static_cast<std::size_t>(k)];
+    if (changed & (1u << k)) stores_->values.push() = state.memory[static_cast<std::size_t>(k)];
   }
   state.last_counter = index;
   state.has_counter = true;
@@ -439,8 +456,8 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
   if (it == state.open.rend()) return;  // begun before the recorder was attached
   const OpenSlice& open = *it;
   if (make_room(e.site.step)) {
-    order_->push() = order_entry(Store::slice, slices_->size());
-    Slice& slice = slices_->push();
+    stores_->order.push() = order_entry(Store::slice, stores_->slices.size());
+    Slice& slice = stores_->slices.push();
     slice.place = place_of(state, e.site);
     // The end's op and scope (mostly the begin's).
     slice.op = texts_->text(open.op) == e.site.op ? open.op : texts_->id(e.site.op);
@@ -620,11 +637,11 @@ std::vector<TraceEvent> TraceRecorder::events() const {
 std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
   append_events_locked(from, out);
-  return order_->size();
+  return stores_->order.size();
 }
 
 void TraceRecorder::append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const {
-  const std::size_t kept = order_->size();
+  const std::size_t kept = stores_->order.size();
   if (from < kept) out.reserve(out.size() + (kept - from));
   for (std::size_t i = from; i < kept; ++i) out.push_back(event_at_locked(i));
 }

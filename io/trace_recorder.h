@@ -89,6 +89,7 @@ class TraceRecorder final : public Observer {
   class ShapeTable;
   template <class T>
   class ChunkedLog;
+  struct Stores;
 
   double micros_since_start(Clock::time_point t) const;
   static double micros_between(Clock::time_point from, Clock::time_point to);
@@ -97,7 +98,7 @@ class TraceRecorder final : public Observer {
   void record_saved(const SaveEvent& e, bool release);
   OpenSlice* saving_slice(RankState& state, const Site& site) const;
   void keep(TraceEvent event);
-  // False, and one more dropped, once max_events_ are kept; else true and order_ has room.
+  // False, and one more dropped, once max_events_ are kept; else true and the order has room.
   bool make_room(std::int64_t step);
   TraceEvent event_at_locked(std::size_t i) const;
   void append_events_locked(std::size_t from, std::vector<TraceEvent>& out) const;
@@ -108,7 +109,7 @@ class TraceRecorder final : public Observer {
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
   // The index in places_ of `site`'s place (the rank's last one when it is the same).
   std::uint32_t place_of(RankState& state, const Site& site);
-  // The live bytes by category that counters_[counter] shows.
+  // The live bytes by category that the counter at index `counter` shows.
   std::array<std::uint64_t, kMemoryCategoryCount> live_at(std::size_t counter) const;
 
   const std::function<Clock::time_point()> now_;
@@ -117,17 +118,14 @@ class TraceRecorder final : public Observer {
   const std::size_t max_events_;
   mutable std::mutex mutex_;
   nlohmann::json config_;
-  // The kept events in recording order: each entry of order_ is an index into full_, slices_ or
-  // counters_, with the store in its top bits. Op slices and memory counters (all but a few of a
-  // step's events) are kept as compact records (a counter: the categories that changed), their
+  // The kept events in recording order: each entry of the order is an index into full_, the slices
+  // or the counters, with the store in its top bits. Op slices and memory counters (all but a few
+  // of a step's events) are kept as compact records (a counter: the categories that changed), their
   // places, texts and shapes as ids into tables kept once, and built into TraceEvents when read:
   // recording one writes some 40 to 80 bytes and allocates nothing (docs/benchmarks.md, Observer
   // overhead: fresh memory the events fill costs more than the rest of recording them).
-  std::unique_ptr<ChunkedLog<std::uint32_t>> order_;
-  std::vector<TraceEvent> full_;  // step marks and collectives
-  std::unique_ptr<ChunkedLog<Slice>> slices_;
-  std::unique_ptr<ChunkedLog<Counter>> counters_;
-  std::unique_ptr<ChunkedLog<std::uint64_t>> values_;  // the counters' live bytes
+  std::unique_ptr<Stores> stores_;  // order, slices, counters and the counters' values
+  std::vector<TraceEvent> full_;    // step marks and collectives
   std::vector<Place> places_;
   std::unique_ptr<TextTable> texts_;
   std::unique_ptr<ShapeTable> shapes_;

@@ -202,6 +202,45 @@ TEST(MemoryLedger, TwoRanksShareALedgerWithoutMixingTheirStorages) {
   EXPECT_EQ(ledger.accounting_errors(), 0u);
 }
 
+// A ledger that keeps live bytes only (the trace recorder's) agrees with a full one at every event
+// of a forward and backward with saves, views, extras and parameters, and refuses the queries by
+// site and by op instead of answering them wrong.
+TEST(MemoryLedger, LiveOnlyKeepsTheSameLiveAndPeakBytes) {
+  struct Compare final : Observer {
+    MemoryLedger full{MemoryLedger::Locking::own, MemoryLedger::Detail::full};
+    MemoryLedger lean{MemoryLedger::Locking::own, MemoryLedger::Detail::live_only};
+    int events = 0;
+    void check() {
+      ++events;
+      ASSERT_EQ(lean.live_all(), full.live_all()) << "event " << events;
+      ASSERT_EQ(lean.peak_total(), full.peak_total()) << "event " << events;
+    }
+    void on_alloc(const StorageEvent& e) override { full.on_alloc(e), lean.on_alloc(e), check(); }
+    void on_free(const StorageEvent& e) override { full.on_free(e), lean.on_free(e), check(); }
+    void on_recategorize(const StorageEvent& e) override {
+      full.on_recategorize(e), lean.on_recategorize(e), check();
+    }
+    void on_save(const SaveEvent& e) override { full.on_save(e), lean.on_save(e), check(); }
+    void on_release(const SaveEvent& e) override {
+      full.on_release(e), lean.on_release(e), check();
+    }
+  } compare;
+  Context ctx;
+  ObserverGuard attach(ctx, compare);
+  Tensor w = Tensor::parameter(Tensor::randn(ctx, {8, 8}, 1), "w");
+  Tensor g = Tensor::parameter(Tensor::randn(ctx, {8}, 2), "g");
+  Tensor b = Tensor::parameter(Tensor::randn(ctx, {8}, 3), "b");
+  Tensor x = Tensor::randn(ctx, {4, 8}, 4).set_requires_grad(true);
+  Tensor h = layernorm(gelu(matmul(x, w)), g, b, 1e-5);
+  Tensor y = gelu(reshape(h, {8, 4}));
+  sum(mul(y, y)).backward();
+  EXPECT_GT(compare.events, 20);
+  EXPECT_EQ(compare.lean.saved_activation_bytes(), compare.full.saved_activation_bytes());
+  EXPECT_THROW(compare.lean.saved_by_site(), StateError);
+  EXPECT_THROW(compare.lean.allocations_by_op(), StateError);
+  EXPECT_THROW(compare.lean.saved_activation_bytes(0), StateError);
+}
+
 TEST(MemoryLedger, AllocationsAreAttributedToTheOpAndScope) {
   Context ctx;
   MemoryLedger ledger;
