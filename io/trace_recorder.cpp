@@ -258,8 +258,8 @@ double unix_micros_now() {
 }  // namespace
 
 TraceRecorder::TraceRecorder(TraceOptions options)
-    : now_(options.clock ? std::move(options.clock) : [] { return Clock::now(); }),
-      start_(now_()),
+    : clock_(std::move(options.clock)),
+      start_(now()),
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
       config_(std::move(options.config)),
@@ -273,6 +273,10 @@ TraceRecorder::TraceRecorder(TraceOptions options)
 }
 
 TraceRecorder::~TraceRecorder() = default;
+
+TraceRecorder::Clock::time_point TraceRecorder::now() const {
+  return clock_ ? clock_() : Clock::now();
+}
 
 double TraceRecorder::micros_since_start(Clock::time_point t) const {
   return micros_between(start_, t);
@@ -433,7 +437,7 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   OpenSlice& slice = state.open.emplace_back();
@@ -447,7 +451,7 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
 }
 
 void TraceRecorder::on_op_end(const OpEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   auto it = std::find_if(state.open.rbegin(), state.open.rend(), [&](const OpenSlice& s) {
@@ -477,7 +481,7 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
 }
 
 void TraceRecorder::on_alloc(const StorageEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
@@ -486,7 +490,7 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
 }
 
 void TraceRecorder::on_free(const StorageEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_free(e);
@@ -494,7 +498,7 @@ void TraceRecorder::on_free(const StorageEvent& e) {
 }
 
 void TraceRecorder::on_recategorize(const StorageEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_recategorize(e);
@@ -518,7 +522,7 @@ TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Si
 // saver (the softmax output that probs x V saves again counts under softmax), never a parameter;
 // so a forward slice's saved bytes are the ledger's for its site, extras split out.
 void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   // The ledger's live bytes before this event: state.memory (memory_changed, after every event
@@ -561,7 +565,7 @@ void TraceRecorder::on_release(const SaveEvent& e) {
 }
 
 void TraceRecorder::on_collective_begin(const CollectiveEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
   state.collective_start = now;
@@ -597,7 +601,7 @@ TraceEvent TraceRecorder::collective_slice(const CollectiveEvent& e, const RankS
 }
 
 std::vector<TraceEvent> TraceRecorder::collectives_in_progress() const {
-  const double now = micros_since_start(now_());
+  const double now = micros_since_start(this->now());
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TraceEvent> out;
   for (const auto& [rank, state] : ranks_) {
@@ -612,7 +616,7 @@ std::vector<TraceEvent> TraceRecorder::collectives_in_progress() const {
 // it includes the wait for the slowest rank. Without a begin (an emitter that reports only the
 // end) it starts at the rank's previous event, an upper bound.
 void TraceRecorder::on_collective(const CollectiveEvent& e) {
-  const Clock::time_point now = now_();
+  const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = ranks_.find(e.site.rank);
   Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;

@@ -91,6 +91,7 @@ class TraceRecorder final : public Observer {
   class ChunkedLog;
   struct Stores;
 
+  Clock::time_point now() const;
   double micros_since_start(Clock::time_point t) const;
   static double micros_between(Clock::time_point from, Clock::time_point to);
   TraceMeta meta_locked() const;
@@ -112,7 +113,7 @@ class TraceRecorder final : public Observer {
   // The live bytes by category that the counter at index `counter` shows.
   std::array<std::uint64_t, kMemoryCategoryCount> live_at(std::size_t counter) const;
 
-  const std::function<Clock::time_point()> now_;
+  const std::function<Clock::time_point()> clock_;  // TraceOptions::clock (empty: steady_clock)
   const Clock::time_point start_;
   const double clock_origin_unix_us_;
   const std::size_t max_events_;
