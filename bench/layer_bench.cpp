@@ -248,24 +248,36 @@ struct StepTime {
   double wall_ms = 0, cpu_ms = 0;
 };
 
-void BM_ObserverOverhead(benchmark::State& state) {
-  const LayerConfig c = config_of(state);
+// The layer the observer benchmarks train: forward, backward of sum(y), SGD.
+struct TrainedLayer {
+  explicit TrainedLayer(const LayerConfig& c)
+      : layer(c, make_layer_weights(ctx, c)),
+        params(layer.parameters()),
+        x(Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3)) {}
+  void step(std::int64_t n) {
+    ctx.set_step(n);
+    {
+      Tensor loss = sum(layer.forward(x));
+      loss.backward();
+    }
+    sgd_step(params, 1e-3);
+  }
   Context ctx;
-  TransformerLayer layer(c, make_layer_weights(ctx, c));
-  const std::vector<Tensor> params = layer.parameters();
-  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
+  TransformerLayer layer;
+  std::vector<Tensor> params;
+  Tensor x;
+};
+
+void BM_ObserverOverhead(benchmark::State& state) {
+  TrainedLayer trained(config_of(state));
+  Context& ctx = trained.ctx;
   TraceRecorder recorder;
   MemoryLedger ledger;
   std::int64_t step = 0;
   auto train_step = [&] {
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_ms();
-    ctx.set_step(step++);
-    {
-      Tensor loss = sum(layer.forward(x));
-      loss.backward();
-    }
-    sgd_step(params, 1e-3);
+    trained.step(step++);
     const auto wall = std::chrono::steady_clock::now() - start;
     return StepTime{std::chrono::duration<double, std::milli>(wall).count(),
                     process_cpu_ms() - cpu_start};
@@ -371,21 +383,12 @@ class HookLog final : public Observer {
 // call away from the step's own work (warm caches, but fresh memory for the recorder's events:
 // it is made anew). Counters: calls (a step's), recorder_ns and ledger_ns (per call).
 void BM_ObserverHooks(benchmark::State& state) {
-  const LayerConfig c = config_of(state);
-  Context ctx;
-  TransformerLayer layer(c, make_layer_weights(ctx, c));
-  const std::vector<Tensor> params = layer.parameters();
-  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3);
+  TrainedLayer trained(config_of(state));
   HookLog log;
-  for (int step = 0; step < 2; ++step) {
-    if (step == 1) ctx.add_observer(&log);  // the second step: the first maps its memory
-    {
-      Tensor loss = sum(layer.forward(x));
-      loss.backward();
-    }
-    sgd_step(params, 1e-3);
-  }
-  ctx.remove_observer(&log);
+  trained.step(0);  // the first step maps its memory
+  trained.ctx.add_observer(&log);
+  trained.step(1);
+  trained.ctx.remove_observer(&log);
   constexpr int kSteps = 1000;
   double recorder_ns = 0, ledger_ns = 0;
   auto timed = [](Observer& o, const HookLog& calls) {
