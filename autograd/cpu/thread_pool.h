@@ -7,9 +7,13 @@
 // the caller runs the same chunks alone, so a kernel whose result depends on its pieces (a GEMM
 // cut into column slices) gives the same bits every time. With one thread, or n < 2 grain, the
 // one chunk is [0, n). Workers start on first use and sleep on a condition variable between
-// calls, after spinning for up to kSpin: a step's ops come microseconds apart, and a worker that
+// calls, after spinning for a while: a step's ops come microseconds apart, and a worker that
 // slept would be woken through the kernel for every one of them (5 to 6% of a small step's
-// profile); a caller waiting for the workers' last chunks spins as long before it sleeps.
+// profile). They spin kSpinAlone while one thread has been the pool's only user for kAloneAfter
+// (a single-device step: its serial stretches between parallel ops run past kSpin several times
+// a step, more with observers attached), else kSpin (ranks as threads taking turns, where a
+// spinning worker would take a core from a rank). A caller waiting for the workers' last chunks
+// spins kSpin before it sleeps.
 #pragma once
 
 #include <algorithm>
@@ -63,6 +67,7 @@ class RowThreads {
     }
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) {
+      shared_.store(true, std::memory_order_relaxed);  // another caller has the workers
       InChunk mark;
       for (std::int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
       return;
@@ -84,13 +89,21 @@ class RowThreads {
   };
 
   // How long a worker with nothing to do, or a caller waiting for the workers, spins before it
-  // sleeps.
+  // sleeps; and a worker while the pool has had one user only (see the top of the file).
   static constexpr std::chrono::microseconds kSpin{50};
+  static constexpr std::chrono::microseconds kSpinAlone{200};
+  static constexpr std::chrono::milliseconds kAloneAfter{100};
 
-  // Spins until done() or kSpin has passed (the caller then takes the lock and checks itself).
+ public:
+  // Whether the workers now spin kSpinAlone: one thread has called for kAloneAfter, with no other
+  // thread calling or finding the workers busy meanwhile.
+  bool spins_alone() const { return worker_spin_.load(std::memory_order_relaxed) == kSpinAlone; }
+
+ private:
+  // Spins until done() or `spin` has passed (the caller then takes the lock and checks itself).
   template <class Done>
-  static void spin_until(Done done) {
-    const auto until = std::chrono::steady_clock::now() + kSpin;
+  static void spin_until(Done done, std::chrono::microseconds spin = kSpin) {
+    const auto until = std::chrono::steady_clock::now() + spin;
     for (;;) {
       for (int i = 0; i < 64; ++i) {
         if (done()) return;
@@ -102,7 +115,20 @@ class RowThreads {
     }
   }
 
+  // Under busy_: notes who calls, and sets how long the workers spin after this call.
+  void note_caller() {
+    const auto now = std::chrono::steady_clock::now();
+    if (shared_.exchange(false, std::memory_order_relaxed) ||
+        std::this_thread::get_id() != last_caller_) {
+      last_caller_ = std::this_thread::get_id();
+      alone_since_ = now;
+    }
+    worker_spin_.store(now - alone_since_ >= kAloneAfter ? kSpinAlone : kSpin,
+                       std::memory_order_relaxed);
+  }
+
   void run(std::int64_t n, std::int64_t chunks, std::function<void(std::int64_t, std::int64_t)> f) {
+    note_caller();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       while (static_cast<int>(workers_.size()) < threads_ - 1) {
@@ -150,10 +176,12 @@ class RowThreads {
     for (;;) {
       if (!stop_ && generation_ == seen) {  // nothing new yet: spin a while, unlocked, then sleep
         lock.unlock();
-        spin_until([&] {
-          return published_.load(std::memory_order_acquire) != seen ||
-                 stopping_.load(std::memory_order_acquire);
-        });
+        spin_until(
+            [&] {
+              return published_.load(std::memory_order_acquire) != seen ||
+                     stopping_.load(std::memory_order_acquire);
+            },
+            worker_spin_.load(std::memory_order_relaxed));
         lock.lock();
       }
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -190,6 +218,12 @@ class RowThreads {
   std::atomic<int> working_now_{0};
   std::atomic<bool> stopping_{false};
   std::exception_ptr error_;
+  // Who uses the pool (note_caller, under busy_): the last caller, since when it has been the
+  // only one, whether another found the workers busy since, and the workers' spin that follows.
+  std::thread::id last_caller_;
+  std::chrono::steady_clock::time_point alone_since_;
+  std::atomic<bool> shared_{false};
+  std::atomic<std::chrono::microseconds> worker_spin_{kSpin};
 };
 
 }  // namespace shardscope::cpu

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -149,6 +150,39 @@ TEST(RowThreads, SeveralCallersAtOnceEachGetTheirWholeLoop) {
     EXPECT_EQ(sums[static_cast<std::size_t>(c)], kRounds * (kN * (kN - 1) / 2 + kN * c))
         << "caller " << c;
   }
+}
+
+// The workers spin longer only while one thread has been the pool's only user for kAloneAfter:
+// another caller, or a caller that finds the workers busy, puts them back to the short spin.
+TEST(RowThreads, WorkersSpinLongOnlyForAPoolWithOneUser) {
+  RowThreads pool(2);
+  auto call = [&pool] { pool.parallel_for(1000, 10, [](std::int64_t, std::int64_t) {}); };
+  auto alone_after_a_while = [&] {
+    const auto until = std::chrono::steady_clock::now() + 2 * std::chrono::milliseconds(100);
+    while (std::chrono::steady_clock::now() < until) call();
+    return pool.spins_alone();
+  };
+  call();
+  EXPECT_FALSE(pool.spins_alone()) << "a new pool";
+  EXPECT_TRUE(alone_after_a_while()) << "one caller for 200 ms";
+
+  std::thread other(call);  // a second caller
+  other.join();
+  EXPECT_FALSE(pool.spins_alone()) << "right after another thread called";
+  call();
+  EXPECT_FALSE(pool.spins_alone()) << "the first caller again, just after the other";
+  EXPECT_TRUE(alone_after_a_while());
+
+  // A thread that finds the workers busy (started from inside one of this caller's chunks, while
+  // it holds them) runs alone, and the next call sees that the pool is shared.
+  std::atomic<bool> started{false};
+  pool.parallel_for(1000, 10, [&](std::int64_t, std::int64_t) {
+    if (started.exchange(true)) return;
+    std::thread busy(call);
+    busy.join();
+  });
+  call();
+  EXPECT_FALSE(pool.spins_alone()) << "after a caller found the workers busy";
 }
 
 }  // namespace
