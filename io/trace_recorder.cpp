@@ -525,8 +525,8 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   const Clock::time_point now = this->now();
   std::lock_guard<std::mutex> lock(mutex_);
   RankState& state = rank_state(e.site, now);
-  // The ledger's live bytes before this event: state.memory (memory_changed, after every event
-  // the ledger sees, keeps it equal to them).
+  // The ledger's live bytes before and after this event: state.memory (memory_changed, after
+  // every event the ledger sees, sets it to them).
   const auto activation_index = static_cast<std::size_t>(MemoryCategory::saved_activation);
   const auto extra_index = static_cast<std::size_t>(MemoryCategory::saved_extra);
   const std::uint64_t activation_before = state.memory[activation_index];
@@ -536,9 +536,9 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   } else {
     state.ledger.on_save(e);
   }
-  const std::array<std::size_t, kMemoryCategoryCount> live = state.ledger.live_all();
-  const std::uint64_t activation_after = live[activation_index];
-  const std::uint64_t extra_after = live[extra_index];
+  memory_changed(state, e.site, now);
+  const std::uint64_t activation_after = state.memory[activation_index];
+  const std::uint64_t extra_after = state.memory[extra_index];
   // A save only adds saved bytes and a release only removes them.
   auto change = [release](std::uint64_t before, std::uint64_t after) -> std::uint64_t {
     if (release) return before > after ? before - after : 0;
@@ -554,7 +554,6 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
       slice->saved_extra_bytes += extra;
     }
   }
-  memory_changed(state, e.site, now);
 }
 
 void TraceRecorder::on_save(const SaveEvent& e) {

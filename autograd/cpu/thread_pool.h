@@ -49,6 +49,9 @@ class RowThreads {
   RowThreads& operator=(const RowThreads&) = delete;
 
   int threads() const { return threads_; }
+  // Whether the workers now spin kSpinAlone: one thread has called for kAloneAfter, with no other
+  // thread calling or finding the workers busy meanwhile.
+  bool spins_alone() const { return worker_spin_.load(std::memory_order_relaxed) == kSpinAlone; }
 
   template <class F>
   void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
@@ -94,12 +97,6 @@ class RowThreads {
   static constexpr std::chrono::microseconds kSpinAlone{200};
   static constexpr std::chrono::milliseconds kAloneAfter{100};
 
- public:
-  // Whether the workers now spin kSpinAlone: one thread has called for kAloneAfter, with no other
-  // thread calling or finding the workers busy meanwhile.
-  bool spins_alone() const { return worker_spin_.load(std::memory_order_relaxed) == kSpinAlone; }
-
- private:
   // Spins until done() or `spin` has passed (the caller then takes the lock and checks itself).
   template <class Done>
   static void spin_until(Done done, std::chrono::microseconds spin = kSpin) {
