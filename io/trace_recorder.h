@@ -29,6 +29,13 @@
 
 namespace shardscope {
 
+namespace trace_records {  // io/trace_records.h
+struct Place;
+struct Stores;
+class TextTable;
+class ShapeTable;
+}  // namespace trace_records
+
 struct TraceOptions {
   // In memory, about 100 bytes each for a memory counter (most of them), 300 for a slice.
   std::size_t max_events = 2'000'000;
@@ -82,14 +89,6 @@ class TraceRecorder final : public Observer {
   using Clock = std::chrono::steady_clock;
   struct OpenSlice;
   struct RankState;
-  struct Place;
-  struct Slice;
-  struct Counter;
-  class TextTable;
-  class ShapeTable;
-  template <class T>
-  class ChunkedLog;
-  struct Stores;
 
   Clock::time_point now() const;
   double micros_since_start(Clock::time_point t) const;
@@ -125,11 +124,12 @@ class TraceRecorder final : public Observer {
   // places, texts and shapes as ids into tables kept once, and built into TraceEvents when read:
   // recording one writes some 40 to 80 bytes and allocates nothing (docs/benchmarks.md, Observer
   // overhead: fresh memory the events fill costs more than the rest of recording them).
-  std::unique_ptr<Stores> stores_;  // order, slices, counters and the counters' values
-  std::vector<TraceEvent> full_;    // step marks and collectives
-  std::vector<Place> places_;
-  std::unique_ptr<TextTable> texts_;
-  std::unique_ptr<ShapeTable> shapes_;
+  std::unique_ptr<trace_records::Stores>
+      stores_;                    // order, slices, counters and the counters' values
+  std::vector<TraceEvent> full_;  // step marks and collectives
+  std::vector<trace_records::Place> places_;
+  std::unique_ptr<trace_records::TextTable> texts_;
+  std::unique_ptr<trace_records::ShapeTable> shapes_;
   std::size_t dropped_ = 0;
   std::int64_t first_dropped_step_ = -1;  // the step of the first dropped event; -1 while none is
   std::map<int, std::unique_ptr<RankState>> ranks_;

@@ -1,0 +1,209 @@
+// The trace recorder's kept records (io/trace_recorder.cpp, docs/benchmarks.md "Observer
+// overhead"): op slices and memory counters as compact records that name their place, texts and
+// shape lists by index into tables kept once, in chunked logs that never move, and the order of
+// all kept events as 32-bit entries. The recorder's hooks write them; reading builds TraceEvents.
+// Internal to io/: only the recorder includes it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/observer.h"
+#include "autograd/shape.h"
+#include "io/trace_event.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace shardscope::trace_records {
+
+// A hash of a shape list's dims (FNV-1a over the dims and each shape's rank), for the recorder's
+// cache of shape text: cheaper than ordering lists element by element in a map.
+struct ShapesHash {
+  std::size_t operator()(const std::vector<Shape>& shapes) const {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (const Shape& s : shapes) {
+      mix(s.dims().size());
+      for (std::int64_t d : s.dims()) mix(static_cast<std::uint64_t>(d));
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// Asks the kernel to back [data, data + bytes) with 2 MiB pages where it can (Linux with
+// transparent huge pages in "madvise" mode, as Debian ships it).
+inline void advise_huge_pages(void* data, std::size_t bytes) {
+#if defined(__linux__)
+  madvise(data, bytes, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+// Where a kept slice or counter happened: its rank, step, phase and layer (few distinct ones a
+// step, so records name them by index into TraceRecorder::places_).
+struct Place {
+  int rank = 0;
+  int layer = -1;
+  std::int64_t step = 0;
+  Phase phase = Phase::forward;
+  bool is(const Site& site) const {
+    return rank == site.rank && layer == site.layer && step == site.step && phase == site.phase;
+  }
+};
+
+// An op slice as the recorder keeps it: its place, texts and shape lists as ids into the
+// recorder's tables (TraceRecorder::event_at_locked builds the event).
+struct Slice {
+  std::uint32_t place = 0;
+  std::uint32_t op = 0, scope = 0, placement = 0;  // TextTable ids
+  std::uint32_t inputs = 0, outputs = 0;           // ShapeTable ids
+  std::uint64_t seq = 0;
+  double ts_us = 0, dur_us = 0;
+  std::uint64_t alloc_bytes = 0, saved_bytes = 0, saved_extra_bytes = 0, released_bytes = 0;
+};
+
+// A memory counter as the recorder keeps it: the live bytes of the categories that changed since
+// the rank's counter before (`changed`, a bit per MemoryCategory), which are the values from
+// first_value on, in category order. Every kSnapshotEvery-th counter of a rank (its first included)
+// keeps all of them, so reading one goes back at most that many counters (TraceRecorder::live_at).
+struct Counter {
+  double ts_us = 0;
+  std::uint32_t place = 0;
+  std::uint32_t previous = 0;  // the index of the rank's counter before, or kNoCounter
+  std::uint32_t first_value = 0;
+  std::uint8_t changed = 0;
+};
+
+// The texts slices name (op kinds, scopes, placements), each kept once and named by its index.
+class TextTable {
+ public:
+  TextTable() { id(""); }  // id 0: the empty text
+  const std::string& text(std::uint32_t id) const { return texts_[id]; }
+  std::uint32_t id(std::string_view text) {
+    auto it = ids_.find(text);
+    if (it != ids_.end()) return it->second;
+    const auto next = static_cast<std::uint32_t>(texts_.size());
+    ids_.emplace(texts_.emplace_back(text), next);  // the key views the deque's stable copy
+    return next;
+  }
+  // `text`'s id, trying `last` (the same field's id in the event before) first: consecutive
+  // events mostly repeat their op, scope and placement, and comparing costs less than hashing.
+  std::uint32_t id(std::string_view text, std::uint32_t& last) {
+    if (texts_[last] != text) last = id(text);
+    return last;
+  }
+
+ private:
+  std::deque<std::string> texts_;
+  std::unordered_map<std::string_view, std::uint32_t> ids_;
+};
+
+// The shape lists slices name, each kept once as text (ShapeStrings, shared by every event built
+// from it) and named by its index.
+class ShapeTable {
+ public:
+  ShapeTable() : strings_(1) {}  // id 0: no shapes
+  const ShapeStrings& strings(std::uint32_t id) const { return strings_[id]; }
+  std::uint32_t id(const std::vector<Shape>* shapes) {
+    if (shapes == nullptr || shapes->empty()) return 0;
+    auto it = ids_.find(*shapes);
+    if (it != ids_.end()) return it->second;
+    std::vector<std::string> text;
+    text.reserve(shapes->size());
+    for (const Shape& s : *shapes) text.push_back(s.str());
+    const auto next = static_cast<std::uint32_t>(strings_.size());
+    strings_.emplace_back(std::move(text));
+    ids_.emplace(*shapes, next);
+    return next;
+  }
+
+ private:
+  std::vector<ShapeStrings> strings_;
+  std::unordered_map<std::vector<Shape>, std::uint32_t, ShapesHash> ids_;
+};
+
+// Kept records in chunks of 2 MiB that never move: appending writes one record (no vector growth
+// moving every kept one), and each chunk is asked for 2 MiB pages (a fault per 4 KiB page cost
+// more than recording the records on it). Records are trivial: a chunk's pages are mapped as
+// records fill them.
+template <class T>
+class ChunkedLog {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+  static constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kPerChunk = kChunkBytes / sizeof(T);
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+
+ public:
+  std::size_t size() const { return size_; }
+  const T& operator[](std::size_t i) const {
+    return static_cast<const T*>(chunks_[i / kPerChunk].get())[i % kPerChunk];
+  }
+  // A new value-initialised record at the end (it reads and writes the log's first three fields
+  // and the record's memory: nothing else while the chunk lasts).
+  T& push() {
+    if (tail_ == end_) add_chunk();
+    ++size_;
+    return *new (tail_++) T();
+  }
+
+ private:
+  void add_chunk() {
+    void* memory = std::aligned_alloc(kChunkBytes, kChunkBytes);
+    if (memory == nullptr) throw std::bad_alloc();
+    chunks_.emplace_back(memory);
+    advise_huge_pages(memory, kChunkBytes);
+    tail_ = static_cast<T*>(memory);
+    end_ = tail_ + kPerChunk;
+  }
+  T* tail_ = nullptr;  // the next record's place in the last chunk, and that chunk's end
+  T* end_ = nullptr;
+  std::size_t size_ = 0;
+  std::vector<std::unique_ptr<void, Free>> chunks_;
+};
+
+// The kept records, side by side: appending a counter touches the order's, the counters' and the
+// values' fields here (and the records), a few cache lines that stay near each other.
+struct Stores {
+  ChunkedLog<std::uint32_t> order;
+  ChunkedLog<Slice> slices;
+  ChunkedLog<Counter> counters;
+  ChunkedLog<std::uint64_t> values;
+};
+
+// Where a kept event is: the order's entries name their store in the top two bits, its index in
+// the rest (TraceRecorder's constructor bounds max_events so that every index fits).
+enum class Store : std::uint32_t { full = 0, slice = 1, counter = 2 };
+constexpr int kStoreShift = 30;
+constexpr std::uint32_t kIndexMask = (std::uint32_t{1} << kStoreShift) - 1;
+
+inline std::uint32_t order_entry(Store store, std::size_t index) {
+  return (static_cast<std::uint32_t>(store) << kStoreShift) | static_cast<std::uint32_t>(index);
+}
+inline Store store_of(std::uint32_t entry) {
+  return static_cast<Store>(entry >> kStoreShift);
+}
+inline std::size_t index_of(std::uint32_t entry) {
+  return entry & kIndexMask;
+}
+
+constexpr std::uint32_t kNoCounter = ~std::uint32_t{0};
+constexpr std::uint8_t kEveryCategory = (1u << kMemoryCategoryCount) - 1;
+constexpr int kSnapshotEvery = 64;
+
+}  // namespace shardscope::trace_records
