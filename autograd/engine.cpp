@@ -46,7 +46,7 @@ std::string gradient_sum_what(std::size_t i, const char* onto) {
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std::size_t i) {
   Context& ctx = *leaf.ctx;
   if (!leaf.grad.defined()) {
-    Tensor fresh = Tensor::empty(ctx, leaf.shape, leaf.dtype);
+    Tensor fresh = Tensor::uninitialized(ctx, leaf.shape, leaf.dtype);  // the copy fills it
     fresh.storage()->set_category(MemoryCategory::gradient);
     ctx.backend().copy(g, fresh);
     leaf.grad = fresh;
@@ -56,7 +56,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std:
     ctx.backend().add(leaf.grad, g, 1.0, 1.0, leaf.grad);
     return;
   }
-  Tensor sum = Tensor::empty(ctx, leaf.shape, leaf.dtype);
+  Tensor sum = Tensor::uninitialized(ctx, leaf.shape, leaf.dtype);
   ctx.backend().add(leaf.grad, g, 1.0, 1.0, sum);
   check_finite(sum, n ? n->where() : "backward of a leaf " + g.describe(),
                n ? gradient_sum_what(i, "the leaf's gradient so far")
@@ -67,7 +67,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std:
 }
 
 Tensor sum_gradients(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::empty(a.ctx(), a.shape(), a.dtype());
+  Tensor out = Tensor::uninitialized(a.ctx(), a.shape(), a.dtype());
   a.ctx().backend().add(a, b, 1.0, 1.0, out);
   return out;
 }

@@ -27,7 +27,7 @@ void check_broadcast(const OpRecord& r, const Tensor& a, const Tensor& b) {
 // The gradient of a broadcast operand: dy summed over the dims it was repeated along.
 Tensor reduce_to(const Tensor& dy, const Shape& shape) {
   if (dy.shape() == shape) return dy;
-  Tensor out = Tensor::empty(dy.ctx(), shape, dy.dtype());
+  Tensor out = ops_detail::new_tensor(dy.ctx(), shape, dy.dtype());  // the sums fill it
   dy.ctx().backend().sum_to_suffix(dy, out);
   return out;
 }

@@ -45,14 +45,15 @@ std::vector<int> inverse_permutation(const std::vector<int>& perm) {
 Tensor permuted_copy(const Tensor& x, const std::vector<int>& perm) {
   std::vector<std::int64_t> dims(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) dims[i] = x.shape()[perm[i]];
-  Tensor y = Tensor::empty(x.ctx(), Shape(dims), x.dtype());
+  Tensor y = ops_detail::new_tensor(x.ctx(), Shape(dims), x.dtype());  // permute writes it whole
   x.ctx().backend().permute(x, perm, y);
   return y;
 }
 
 // Copies the pieces into one tensor along `dim` (the forward of concat, the backward of split).
 Tensor join(Context& ctx, const std::vector<Tensor>& pieces, int dim, const Shape& out_shape) {
-  Tensor out = Tensor::empty(ctx, out_shape, pieces.front().dtype());
+  // The pieces cover out along dim.
+  Tensor out = ops_detail::new_tensor(ctx, out_shape, pieces.front().dtype());
   std::int64_t offset = 0;
   for (const Tensor& p : pieces) {
     const std::int64_t n = p.shape()[dim];
@@ -69,7 +70,7 @@ std::vector<Tensor> cut(const Tensor& x, int dim, const std::vector<std::int64_t
   for (std::int64_t n : sizes) {
     Shape s = x.shape();
     s[dim] = n;
-    Tensor piece = Tensor::empty(x.ctx(), s, x.dtype());
+    Tensor piece = ops_detail::new_tensor(x.ctx(), s, x.dtype());  // its slice is all of it
     x.ctx().backend().copy_slice(x, dim, offset, piece, 0, n);
     out.push_back(piece);
     offset += n;
