@@ -14,6 +14,10 @@
 //                              the backend's copy: what op-by-op execution costs at the machine's
 //                              copy speed, so that (gemm-only + this) / gemm-only is the least
 //                              step/gemm an unfused step can reach (counters: ops, MB moved);
+//   BM_LayerFloor/s/b/h/a/g    the products of BM_LayerGemms with the copies of BM_LayerTraffic
+//                              between them, in the step's order, so that each meets the cache
+//                              the other left: BM_LayerFloor / BM_LayerGemms is the least
+//                              step/gemm a step that runs op by op can reach;
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
@@ -40,6 +44,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -110,11 +115,54 @@ void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
                          benchmark::Counter::kIs1000);
 }
 
+// One step (forward and backward of sum(y)) of a new layer `c` in ctx with `observers` attached:
+// what the benchmarks that replay a step's products or traffic record.
+void record_step(Context& ctx, const LayerConfig& c, std::initializer_list<Observer*> observers) {
+  TransformerLayer layer(c, make_layer_weights(ctx, c));
+  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+  for (Observer* o : observers) ctx.add_observer(o);
+  sum(layer.forward(x)).backward();
+  for (Observer* o : observers) ctx.remove_observer(o);
+}
+
 // Every GEMM of a step as the backend gets it (Observer::on_gemm).
 class GemmLog : public Observer {
  public:
   void on_gemm(const GemmEvent& e) override { calls.emplace_back(*e.desc, e.dtype); }
   std::vector<std::pair<GemmDesc, DType>> calls;
+};
+
+// Runs recorded GEMMs again, with their descriptors and dtypes, on buffers as large as the
+// largest operand (zeros: a GEMM's time does not depend on its values).
+class GemmRunner {
+ public:
+  GemmRunner(Context& ctx, const std::vector<std::pair<GemmDesc, DType>>& calls, DType dtype)
+      : backend_(ctx.backend()), calls_(calls), dtype_(dtype) {
+    std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
+    for (const auto& [d, call_dtype] : calls) {
+      most[0] = std::max(most[0], d.elements_a());
+      most[1] = std::max(most[1], d.elements_b());
+      most[2] = std::max(most[2], d.elements_c());
+    }
+    for (std::int64_t n : most) buffers_.push_back(Tensor::zeros(ctx, Shape{n}, dtype));
+  }
+  void run(std::size_t i) const {
+    const auto& [d, call_dtype] = calls_[i];
+    backend_.gemm(d, call_dtype, buffers_[0].raw_data(), buffers_[1].raw_data(),
+                  buffers_[2].raw_data());
+  }
+  // Reads C's first element on the host: waits for the device, no more.
+  void wait() const {
+    unsigned char first[8];
+    backend_.copy_to_host(first, buffers_[2].raw_data(), dtype_size(dtype_));
+    benchmark::DoNotOptimize(first);
+  }
+
+ private:
+  Backend& backend_;
+  const std::vector<std::pair<GemmDesc, DType>>& calls_;
+  DType dtype_;
+  std::vector<Tensor> buffers_;
 };
 
 // The step's GEMMs alone: one BM_LayerStep step is recorded (Observer::on_gemm), then each
@@ -127,29 +175,11 @@ void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
   Context ctx(0, device);
   GemmLog log;
   GemmFlops flops;
-  {
-    TransformerLayer layer(c, make_layer_weights(ctx, c));
-    Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
-    ObserverGuard record(ctx, log);
-    ObserverGuard count(ctx, flops);
-    sum(layer.forward(x)).backward();
-  }
-  std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
-  for (const auto& [d, dtype] : log.calls) {
-    most[0] = std::max(most[0], d.elements_a());
-    most[1] = std::max(most[1], d.elements_b());
-    most[2] = std::max(most[2], d.elements_c());
-  }
-  std::vector<Tensor> buffers;  // zeros: a GEMM's time does not depend on its values
-  for (std::int64_t n : most) buffers.push_back(Tensor::zeros(ctx, Shape{n}, c.dtype));
-  Backend& backend = ctx.backend();
+  record_step(ctx, c, {&log, &flops});
+  const GemmRunner gemms(ctx, log.calls, c.dtype);
   for (auto _ : state) {
-    for (const auto& [d, dtype] : log.calls) {
-      backend.gemm(d, dtype, buffers[0].raw_data(), buffers[1].raw_data(), buffers[2].raw_data());
-    }
-    unsigned char first[8];  // C's first element on the host: waits for the device, no more
-    backend.copy_to_host(first, buffers[2].raw_data(), dtype_size(c.dtype));
-    benchmark::DoNotOptimize(first);
+    for (std::size_t i = 0; i < log.calls.size(); ++i) gemms.run(i);
+    gemms.wait();
   }
   state.counters["gemms"] = static_cast<double>(log.calls.size());
   state.counters["GFLOP/s"] =
@@ -189,6 +219,61 @@ class OpTraffic : public Observer {
   std::size_t bytes_ = 0;
 };
 
+// Copies, one per recorded op, of half of what the op reads and writes (a copy of n bytes reads n
+// and writes n), with the backend's own threaded copy, between buffers of that size (one pair per
+// size).
+class CopyRunner {
+ public:
+  CopyRunner(Context& ctx, const std::vector<std::size_t>& moves) : backend_(ctx.backend()) {
+    for (std::size_t moved : moves) {
+      const std::size_t n = std::max<std::size_t>(moved / 2, 1);
+      total_ += static_cast<double>(moved);
+      auto it = buffers_.find(n);
+      if (it == buffers_.end()) {
+        const Shape shape{static_cast<std::int64_t>(n)};
+        it = buffers_
+                 .emplace(n, std::make_pair(Tensor::zeros(ctx, shape, DType::u8),
+                                            Tensor::zeros(ctx, shape, DType::u8)))
+                 .first;
+      }
+      copies_.push_back(&it->second);
+    }
+  }
+  void run(std::size_t i) const { backend_.copy(copies_[i]->first, copies_[i]->second); }
+  // Reads the first copy's first byte on the host: waits for the device, no more.
+  void wait() const {
+    unsigned char first = 0;
+    backend_.copy_to_host(&first, copies_.front()->second.raw_data(), 1);
+    benchmark::DoNotOptimize(first);
+  }
+  double total_bytes() const { return total_; }
+
+ private:
+  Backend& backend_;
+  std::map<std::size_t, std::pair<Tensor, Tensor>> buffers_;  // by copy size
+  std::vector<std::pair<Tensor, Tensor>*> copies_;            // one per op, in order
+  double total_ = 0;
+};
+
+// A step's GEMMs (GemmLog) and other ops' traffic (OpTraffic), and their order: (true, i) for
+// gemms.calls[i], (false, i) for traffic.moves[i].
+class StepOrder : public Observer {
+ public:
+  void on_gemm(const GemmEvent& e) override {
+    gemms.on_gemm(e);
+    steps.emplace_back(true, gemms.calls.size() - 1);
+  }
+  void on_op_begin(const OpEvent& e) override { traffic.on_op_begin(e); }
+  void on_op_end(const OpEvent& e) override {
+    const std::size_t before = traffic.moves.size();
+    traffic.on_op_end(e);
+    if (traffic.moves.size() > before) steps.emplace_back(false, before);
+  }
+  GemmLog gemms;
+  OpTraffic traffic;
+  std::vector<std::pair<bool, std::size_t>> steps;
+};
+
 // The step's other ops at the speed of a copy: one step's ops are recorded (OpTraffic), then each
 // iteration copies, op after op, half of what each op reads and writes (a copy of n bytes reads n
 // and writes n) with the backend's own threaded copy, between buffers of that size. Step - gemm-
@@ -198,43 +283,45 @@ void BM_LayerTraffic(benchmark::State& state, Device device, LayerChoice choice)
   const LayerConfig c = layer_config(state, choice);
   Context ctx(0, device);
   OpTraffic traffic;
-  {
-    TransformerLayer layer(c, make_layer_weights(ctx, c));
-    Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
-    ObserverGuard record(ctx, traffic);
-    sum(layer.forward(x)).backward();
-  }
-  std::map<std::size_t, std::pair<Tensor, Tensor>> buffers;  // by copy size
-  std::vector<std::pair<Tensor, Tensor>*> copies;            // one per op, in order
-  double total = 0;
-  for (std::size_t moved : traffic.moves) {
-    const std::size_t n = std::max<std::size_t>(moved / 2, 1);
-    total += static_cast<double>(moved);
-    auto it = buffers.find(n);
-    if (it == buffers.end()) {
-      const Shape shape{static_cast<std::int64_t>(n)};
-      it = buffers
-               .emplace(n, std::make_pair(Tensor::zeros(ctx, shape, DType::u8),
-                                          Tensor::zeros(ctx, shape, DType::u8)))
-               .first;
-    }
-    copies.push_back(&it->second);
-  }
-  Backend& backend = ctx.backend();
+  record_step(ctx, c, {&traffic});
+  const CopyRunner copies(ctx, traffic.moves);
   for (auto _ : state) {
-    for (auto* pair : copies) backend.copy(pair->first, pair->second);
-    unsigned char first = 0;
-    backend.copy_to_host(&first, copies.front()->second.raw_data(), 1);
-    benchmark::DoNotOptimize(first);
+    for (std::size_t i = 0; i < traffic.moves.size(); ++i) copies.run(i);
+    copies.wait();
   }
   state.counters["ops"] = static_cast<double>(traffic.moves.size());
-  state.counters["MB"] = total / 1e6;
+  state.counters["MB"] = copies.total_bytes() / 1e6;
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The step's GEMMs and, between them, its other ops as copies (BM_LayerTraffic's), in the
+// step's order: each product meets the cache the copies left and each copy the cache the products
+// left, which BM_LayerGemms and BM_LayerTraffic, each run apart, leave out. this / gemm-only is the
+// least step/gemm a step that runs op by op can reach.
+void BM_LayerFloor(benchmark::State& state, Device device, LayerChoice choice) {
+  const LayerConfig c = layer_config(state, choice);
+  Context ctx(0, device);
+  StepOrder order;
+  record_step(ctx, c, {&order});
+  const GemmRunner gemms(ctx, order.gemms.calls, c.dtype);
+  const CopyRunner copies(ctx, order.traffic.moves);
+  for (auto _ : state) {
+    for (const auto& [is_gemm, i] : order.steps) {
+      if (is_gemm) {
+        gemms.run(i);
+      } else {
+        copies.run(i);
+      }
+    }
+    gemms.wait();
+  }
+  state.counters["gemms"] = static_cast<double>(order.gemms.calls.size());
+  state.counters["ops"] = static_cast<double>(order.traffic.moves.size());
 }
 
 // CPU time of the whole process (every thread), in ms.
@@ -481,7 +568,8 @@ void register_benchmarks(const BenchFlags& flags) {
   const std::pair<const char*, LayerBenchmark> layer_benchmarks[] = {
       {"BM_LayerStep", BM_LayerStep},
       {"BM_LayerGemms", BM_LayerGemms},
-      {"BM_LayerTraffic", BM_LayerTraffic}};
+      {"BM_LayerTraffic", BM_LayerTraffic},
+      {"BM_LayerFloor", BM_LayerFloor}};
   for (const auto& [name, run] : layer_benchmarks) {
     auto* b = benchmark::RegisterBenchmark(name, run, flags.device, flags.layer);
     for (const auto& shape : shapes) b->Args(shape);

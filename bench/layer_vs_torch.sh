@@ -5,9 +5,11 @@
 # the median time per step of each over every round, and their ratio (shardscope / PyTorch: below
 # 1, shardscope is faster); beside them the step's own GEMMs timed alone (BM_LayerGemms) and
 # step / gemm-only (how far the step is from its GEMM-only bound); and the step's other ops as
-# copies of what each reads and writes (BM_LayerTraffic), with floor = (gemm-only + that) /
-# gemm-only, the least step/gemm a step that runs op by op can reach on this machine. Without
-# PyTorch (Debian: python3-torch) the PyTorch column says so.
+# copies of what each reads and writes (BM_LayerTraffic), with apart = (gemm-only + that) /
+# gemm-only, and floor = BM_LayerFloor / gemm-only (the same products with those copies between
+# them, in the step's order, so that each meets the cache the other left): the least step/gemm a
+# step that runs op by op can reach on this machine. Without PyTorch (Debian: python3-torch) the
+# PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
 # THREADS sets OPENBLAS_NUM_THREADS for both (shardscope's CPU backend: its GEMMs and loops;
 # PyTorch's GEMMs go to the same OpenBLAS) and torch.set_num_threads. Environment: ROUNDS (3) and
@@ -60,7 +62,7 @@ for round in $(seq "$rounds"); do
           [ "$model" = llama ] && g=$(((a + 3) / 4))
           cell="$model,$p,$dtype,$s,$b,$h,$a,$g"
           "$bench" --model="$model" --dtype="$dtype" --dropout="$p" --shape="$s,$b,$h,$a,$g" \
-            --benchmark_filter="^BM_Layer(Step|Gemms|Traffic)/" --benchmark_repetitions="$reps" \
+            --benchmark_filter="^BM_Layer(Step|Gemms|Traffic|Floor)/" --benchmark_repetitions="$reps" \
             --benchmark_format=json >"$out/shardscope-$round-$cell.json" 2>/dev/null
           if [ -n "$torch_python" ]; then
             times=$("$torch_python" bench/torch_layer.py --threads "$threads" --model "$model" \
@@ -78,13 +80,14 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" <<'EOF'
 import collections, glob, json, os, statistics, sys
 out = sys.argv[1]
-ours, gemms, traffic, torch = (collections.defaultdict(list) for _ in range(4))
+ours, gemms, traffic, floor, torch = (collections.defaultdict(list) for _ in range(5))
 for path in glob.glob(f"{out}/shardscope-*.json"):
     cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
     for run in json.load(open(path))["benchmarks"]:
         if run.get("run_type") == "iteration":
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
-            into = {"BM_LayerGemms": gemms, "BM_LayerTraffic": traffic}.get(
+            into = {"BM_LayerGemms": gemms, "BM_LayerTraffic": traffic,
+                    "BM_LayerFloor": floor}.get(
                 run["name"].split("/")[0], ours)
             into[cell].append(run["real_time"] * scale)
 if os.path.exists(f"{out}/torch.txt"):
@@ -93,10 +96,11 @@ if os.path.exists(f"{out}/torch.txt"):
         torch[cell] += [float(t) for t in times]
 # ratio: shardscope / PyTorch; gemm-only: the step's own GEMMs alone (BM_LayerGemms), and
 # step / gemm-only how far the step is from that bound; traffic: the other ops as copies
-# (BM_LayerTraffic), floor = (gemm-only + traffic) / gemm-only.
+# (BM_LayerTraffic), apart = (gemm-only + traffic) / gemm-only; floor: the products with the
+# copies between them (BM_LayerFloor) / gemm-only.
 print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
       f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} "
-      f"{'traffic ms':>11} {'floor':>6}  steps")
+      f"{'traffic ms':>11} {'apart':>6} {'floor':>6}  steps")
 order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
 for cell in sorted(ours, key=order):
     model, p, dtype, shape = cell.split(",", 3)
@@ -104,10 +108,12 @@ for cell in sorted(ours, key=order):
     g = statistics.median(gemms[cell]) if gemms[cell] else None
     t = statistics.median(torch[cell]) if torch[cell] else None
     m = statistics.median(traffic[cell]) if traffic[cell] else None
+    f = statistics.median(floor[cell]) if floor[cell] else None
     print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
           f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
           f"{'-' if g is None else f'{g:.1f}':>13} {'' if g is None else f'{a / g:.2f}':>10} "
           f"{'-' if m is None else f'{m:.1f}':>11} "
-          f"{'' if m is None or g is None else f'{(g + m) / g:.2f}':>6}  "
+          f"{'' if m is None or g is None else f'{(g + m) / g:.2f}':>6} "
+          f"{'' if f is None or g is None else f'{f / g:.2f}':>6}  "
           f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
 EOF
