@@ -271,7 +271,8 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     auto run_pieces = [&](std::int64_t first, std::int64_t end) {
       // kernels::dropout_keep, with each Philox call's four words used for the four elements
       // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
-      // and a piece's calls made together (cpu::philox_words: 16 side by side on AVX-512).
+      // and a piece's calls made together (cpu::philox_words: 16 side by side on AVX-512, 8 on
+      // AVX2).
       std::vector<std::uint32_t> words;
       for (std::int64_t k = first; k < end; ++k) {
         const std::int64_t within = (k % pieces_per_run) * piece;
@@ -292,8 +293,9 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
         T* piece_out = out + start;
         std::uint8_t* piece_mask = m + start;
         const C scale = keep_scale;
+        const std::uint32_t limit = threshold;
         for (std::int64_t j = 0; j < length; ++j) {
-          const bool keep = (bits[j] >> 8) >= threshold;
+          const bool keep = (bits[j] >> 8) >= limit;
           piece_mask[j] = keep ? 1 : 0;
           piece_out[j] = static_cast<T>(dropout_select(static_cast<C>(piece_in[j]), keep, scale));
         }

@@ -1,7 +1,7 @@
 // The words of many consecutive Philox 4x32-10 blocks at once (dropout's masks): what
 // kernels::philox4x32 gives block by block, the same bits, computed for 16 blocks side by side in
-// AVX-512 registers where the CPU has them (Philox is integer multiplies and xors, so the vector
-// form is exact), block by block otherwise.
+// AVX-512 registers or 8 in AVX2 registers where the CPU has them (Philox is integer multiplies
+// and xors, so the vector forms are exact), block by block otherwise.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,16 @@ namespace shardscope::cpu {
 void philox_words(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
                   std::uint32_t step, std::uint64_t seed, std::uint32_t* words);
 
-// Whether philox_words runs 16 blocks at a time (AVX512F), unless the environment variable
-// SHARDSCOPE_CPU_PHILOX is "scalar" (to compare the two). Read once.
-bool philox_vectorized();
+// How many blocks philox_words computes side by side on this CPU: 16 (AVX512F), 8 (AVX2) or 1;
+// the environment variable SHARDSCOPE_CPU_PHILOX set to "scalar" makes it 1, to "avx2" at most 8
+// (to compare the paths). Read once.
+int philox_lanes();
+
+// philox_words with `lanes` (16, 8 or 1) blocks side by side, the rest of `blocks` one at a time:
+// what the tests compare. Throws StateError when this CPU lacks the instructions of `lanes`.
+void philox_words_lanes(int lanes, std::uint64_t first_block, std::uint64_t blocks,
+                        std::uint32_t stream, std::uint32_t step, std::uint64_t seed,
+                        std::uint32_t* words);
 
 // philox_words block by block: the plain form the vector one is tested against.
 void philox_words_scalar(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,

@@ -14,7 +14,7 @@ namespace shardscope::cpu {
 namespace {
 
 struct Features {
-  bool avx512f = false, avx512_bf16 = false;
+  bool avx2 = false, avx512f = false, avx512_bf16 = false;
 };
 
 Features detect() {
@@ -23,8 +23,10 @@ Features detect() {
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return f;  // OSXSAVE
   unsigned lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0xE6u) != 0xE6u) return f;  // the OS saves SSE, AVX and the AVX-512 state
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx & (1u << 16))) return f;
+  if ((lo & 0x6u) != 0x6u) return f;  // the OS saves the SSE and AVX state
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = (ebx & (1u << 5)) != 0;
+  if ((lo & 0xE6u) != 0xE6u || !(ebx & (1u << 16))) return f;  // and the AVX-512 state; AVX512F
   f.avx512f = true;
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = (eax & (1u << 5)) != 0;
   return f;
@@ -37,6 +39,9 @@ const Features& features() {
 
 }  // namespace
 
+bool cpu_has_avx2() {
+  return features().avx2;
+}
 bool cpu_has_avx512f() {
   return features().avx512f;
 }
@@ -44,6 +49,9 @@ bool cpu_has_avx512_bf16() {
   return features().avx512_bf16;
 }
 #else
+bool cpu_has_avx2() {
+  return false;
+}
 bool cpu_has_avx512f() {
   return false;
 }

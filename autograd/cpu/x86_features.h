@@ -11,6 +11,9 @@
 
 namespace shardscope::cpu {
 
+// AVX2, with the OS saving the SSE and AVX state.
+bool cpu_has_avx2();
+
 // AVX512F, with the OS saving the SSE, AVX and AVX-512 state.
 bool cpu_has_avx512f();
 

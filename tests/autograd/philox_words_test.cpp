@@ -1,14 +1,18 @@
-// The CPU backend's dropout draws: cpu::philox_words (16 Philox blocks side by side on AVX-512)
-// gives kernels::philox_bits's words bit for bit, across the carry of the block's low word into
-// its high word; and the backend's integer keep test is kernels::dropout_keep's, at the boundary.
+// The CPU backend's dropout draws: cpu::philox_words (16 Philox blocks side by side on AVX-512, 8
+// on AVX2) gives kernels::philox_bits's words bit for bit, across the carry of the block's low word
+// into its high word; and the backend's integer keep test is kernels::dropout_keep's, at the
+// boundary.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "autograd/context.h"
 #include "autograd/cpu/philox_words.h"
+#include "autograd/cpu/x86_features.h"
+#include "autograd/errors.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/ops.h"
 #include "autograd/tensor.h"
@@ -38,19 +42,53 @@ TEST(PhiloxWords, ScalarWordsAreThePhiloxBitsOfEachElement) {
   }
 }
 
-TEST(PhiloxWords, SixteenBlocksAtOnceGiveTheScalarBits) {
-  if (!cpu::philox_vectorized()) {
-    GTEST_SKIP() << "this CPU (or the OS) has no AVX512F, or SHARDSCOPE_CPU_PHILOX=scalar: "
-                    "philox_words runs block by block";
-  }
+// Each vector width this CPU has gives the scalar words for every first block and count.
+void expect_lanes_give_the_scalar_bits(int lanes) {
   for (std::uint64_t first : kFirstBlocks) {
     for (std::uint64_t count : kCounts) {
       std::vector<std::uint32_t> fast(4 * count + 1, 0xdeadbeefu),
           plain(4 * count + 1, 0xdeadbeefu);
-      cpu::philox_words(first, count, kStream, kStep, kSeed, fast.data());
+      cpu::philox_words_lanes(lanes, first, count, kStream, kStep, kSeed, fast.data());
       cpu::philox_words_scalar(first, count, kStream, kStep, kSeed, plain.data());
-      ASSERT_EQ(fast, plain) << "first block " << first << ", " << count << " blocks";
+      ASSERT_EQ(fast, plain) << lanes << " lanes, first block " << first << ", " << count
+                             << " blocks";
     }
+  }
+}
+
+TEST(PhiloxWords, SixteenBlocksAtOnceGiveTheScalarBits) {
+  if (!cpu::cpu_has_avx512f()) {
+    GTEST_SKIP() << "this CPU (or the OS) has no AVX512F: the 16-block path cannot run here";
+  }
+  expect_lanes_give_the_scalar_bits(16);
+}
+
+TEST(PhiloxWords, EightBlocksAtOnceGiveTheScalarBits) {
+  if (!cpu::cpu_has_avx2()) {
+    GTEST_SKIP() << "this CPU (or the OS) has no AVX2: the 8-block path cannot run here";
+  }
+  expect_lanes_give_the_scalar_bits(8);
+}
+
+TEST(PhiloxWords, TheCpusWidestPathIsTheDefaultAndOthersAreRefused) {
+  const int lanes = cpu::philox_lanes();
+  EXPECT_TRUE(lanes == 1 || lanes == 8 || lanes == 16) << lanes;
+  if (lanes == 16) {
+    EXPECT_TRUE(cpu::cpu_has_avx512f());
+  }
+  if (lanes == 8) {
+    EXPECT_TRUE(cpu::cpu_has_avx2());
+  }
+  std::vector<std::uint32_t> words(4 * 32);
+  try {
+    cpu::philox_words_lanes(4, 0, 32, kStream, kStep, kSeed, words.data());
+    FAIL() << "4 lanes accepted";
+  } catch (const StateError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 blocks side by side"), std::string::npos) << e.what();
+  }
+  if (!cpu::cpu_has_avx512f()) {
+    EXPECT_THROW(cpu::philox_words_lanes(16, 0, 32, kStream, kStep, kSeed, words.data()),
+                 StateError);
   }
 }
 
