@@ -176,38 +176,51 @@ void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+float* CpuBackend::F32Scratch::take(std::size_t n) {
+  if (n > size_) {
+    data_.reset();  // the old block first, so that both are never held at once
+    data_.reset(new float[n]);
+    size_ = n;
+  }
+  return data_.get();
+}
+
 // bf16 / f16: the operands (and C when beta reads it) widened to f32 buffers of the same layout,
 // the f32 product (sgemm: f32 multiply-adds and accumulation, as a GPU's tensor cores do for 2-byte
-// inputs), then each element of C rounded to T once. The f32 buffers are host temporaries, like
+// inputs), then each element of C rounded to T once. The f32 buffers (f32_) are host scratch, like
 // OpenBLAS's packing buffers, and not counted by the ledger.
 template <class T>
 void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* b, void* c) {
-  auto widen = [&](const void* from, std::int64_t n) {
-    std::vector<float> out(static_cast<std::size_t>(n));
+  std::unique_lock<std::mutex> kept(f32_mutex_, std::try_to_lock);
+  F32Scratch own[3];
+  F32Scratch* scratch = kept.owns_lock() ? f32_ : own;
+  auto widen = [&](F32Scratch& to, const void* from, std::int64_t n) {
+    float* out = to.take(static_cast<std::size_t>(n));
     const T* in = static_cast<const T*>(from);
     threads_.parallel_for(n, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i) out[static_cast<std::size_t>(i)] = in[i];
+      for (std::int64_t i = begin; i < end; ++i) out[i] = in[i];
     });
     return out;
   };
-  const std::vector<float> fa = widen(a, d.elements_a());
-  const std::vector<float> fb = widen(b, d.elements_b());
+  const float* fa = widen(scratch[0], a, d.elements_a());
+  const float* fb = widen(scratch[1], b, d.elements_b());
   const std::int64_t nc = d.elements_c();
-  std::vector<float> fc =
-      d.beta == 0.0 ? std::vector<float>(static_cast<std::size_t>(nc)) : widen(c, nc);
-  gemm(d, DType::f32, fa.data(), fb.data(), fc.data());
+  // With beta 0 the f32 GEMM writes C without reading it.
+  float* fc =
+      d.beta == 0.0 ? scratch[2].take(static_cast<std::size_t>(nc)) : widen(scratch[2], c, nc);
+  gemm(d, DType::f32, fa, fb, fc);
   T* out = static_cast<T*>(c);
   for (std::int64_t e = 0; e < d.batch; ++e) {
-    threads_.parallel_for(
-        d.m, std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n, 1), 1),
-        [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t i = begin; i < end; ++i) {
-            const std::int64_t row = e * d.stride_c + i * d.ldc;
-            for (std::int64_t j = 0; j < d.n; ++j) {
-              out[row + j] = static_cast<T>(fc[static_cast<std::size_t>(row + j)]);
-            }
-          }
-        });
+    threads_.parallel_for(d.m,
+                          std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n, 1), 1),
+                          [&](std::int64_t begin, std::int64_t end) {
+                            for (std::int64_t i = begin; i < end; ++i) {
+                              const std::int64_t row = e * d.stride_c + i * d.ldc;
+                              for (std::int64_t j = 0; j < d.n; ++j) {
+                                out[row + j] = static_cast<T>(fc[row + j]);
+                              }
+                            }
+                          });
   }
 }
 

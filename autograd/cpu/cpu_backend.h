@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 #include "autograd/backend.h"
 #include "autograd/caching_allocator.h"
@@ -91,6 +92,22 @@ class CpuBackend final : public Backend {
   // A bf16 / f16 product: f32 copies of the operands through the f32 GEMM, C rounded once.
   template <class T>
   void gemm_through_f32(const GemmDesc& desc, const void* a, const void* b, void* c);
+
+  // Uninitialised f32 memory that grows to the largest size asked for and is kept.
+  class F32Scratch {
+   public:
+    float* take(std::size_t n);
+
+   private:
+    std::unique_ptr<float[]> data_;
+    std::size_t size_ = 0;
+  };
+  // gemm_through_f32's copies of A, B and C, kept from one product to the next until the backend
+  // goes: fresh host memory for each product was paged in and zeroed by the kernel, then zeroed
+  // again by a vector, before it was written. A thread that finds them in use (the mutex held)
+  // takes its own for that product.
+  std::mutex f32_mutex_;
+  F32Scratch f32_[3];
 
   cpu::RowThreads& threads_;                 // shared by every CpuBackend (cpu_backend.cpp)
   std::unique_ptr<RawAllocator> blocks_;     // malloc and free (before cache_: destroyed after it)

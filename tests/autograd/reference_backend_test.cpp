@@ -6,7 +6,10 @@
 
 #include <array>
 #include <cmath>
+#include <thread>
+#include <vector>
 
+#include "autograd/cpu/cpu_backend.h"
 #include "tests/autograd/reference_backend_testing.h"
 
 namespace shardscope {
@@ -257,6 +260,39 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
         return NamedTensors{{"dim 1", dst}, {"dim 2", last}};
       },
       "copy_slice");
+}
+
+// A 2-byte product widens its operands into f32 scratch that the CPU backend keeps from one
+// product to the next (f16 always takes that path); two threads using one backend at once must not
+// share it. Each thread's products, of two sizes in turn, give the bits that one thread alone got.
+TEST(CpuTwoByteGemm, TwoThreadsOnOneBackendGetWhatOneGets) {
+  CpuBackend be;  // the products' backend; each thread's tensors live in a context of its own
+  const std::vector<GemmDesc> shapes = {GemmDesc::packed(96, 80, 72), GemmDesc::packed(40, 33, 9)};
+  auto run = [&](std::uint64_t seed, int rounds) {
+    Context ctx{0, Device::cpu()};
+    std::vector<std::vector<double>> out;
+    for (int r = 0; r < rounds; ++r) {
+      for (const GemmDesc& d : shapes) {
+        const Tensor a = test_input(ctx, {d.m * d.k}, DType::f16, seed);
+        const Tensor b = test_input(ctx, {d.k * d.n}, DType::f16, seed + 1);
+        Tensor c = test_input(ctx, {d.m * d.n}, DType::f16, seed + 2);
+        GemmDesc acc = d;
+        acc.beta = 0.5;
+        be.gemm(acc, DType::f16, a.raw_data(), b.raw_data(), c.raw_data());
+        out.push_back(c.to_vector());
+      }
+    }
+    return out;
+  };
+  const auto alone1 = run(11, 1), alone2 = run(21, 1);
+  std::vector<std::vector<double>> got1, got2;
+  std::thread other([&] { got2 = run(21, 50); });
+  got1 = run(11, 50);
+  other.join();
+  for (std::size_t i = 0; i < got1.size(); ++i) {
+    ASSERT_EQ(got1[i], alone1[i % alone1.size()]) << "thread 1, product " << i;
+    ASSERT_EQ(got2[i], alone2[i % alone2.size()]) << "thread 2, product " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReference,
