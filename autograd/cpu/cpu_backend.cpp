@@ -179,6 +179,7 @@ void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
 float* CpuBackend::F32Scratch::take(std::size_t n) {
   if (n > size_) {
     data_.reset();  // the old block first, so that both are never held at once
+    size_ = 0;      // and nothing is kept if the new one cannot be had
     data_.reset(new float[n]);
     size_ = n;
   }
@@ -187,10 +188,15 @@ float* CpuBackend::F32Scratch::take(std::size_t n) {
 
 // bf16 / f16: the operands (and C when beta reads it) widened to f32 buffers of the same layout,
 // the f32 product (sgemm: f32 multiply-adds and accumulation, as a GPU's tensor cores do for 2-byte
-// inputs), then each element of C rounded to T once. The f32 buffers (f32_) are host scratch, like
-// OpenBLAS's packing buffers, and not counted by the ledger.
+// inputs), then each element of C rounded to T once. The f32 buffers (f32_, or a call's own when
+// another thread has them) are host scratch, like OpenBLAS's packing buffers, not counted by the
+// ledger; f32_ keeps four bytes for each element of the largest A, B and C of a 2-byte product
+// for as long as the backend lives.
 template <class T>
 void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* b, void* c) {
+  d.validate();  // before its sizes size the buffers
+  // Never called from inside itself (gemm's f32 path and the loops below make no 2-byte product),
+  // so a thread never finds the mutex held by itself.
   std::unique_lock<std::mutex> kept(f32_mutex_, std::try_to_lock);
   F32Scratch own[3];
   F32Scratch* scratch = kept.owns_lock() ? f32_ : own;

@@ -166,8 +166,11 @@ void philox_words_lanes(int lanes, std::uint64_t first_block, std::uint64_t bloc
 #endif
   if (!known) {
     throw StateError("philox_words: " + std::to_string(lanes) +
-                     " blocks side by side asked for; this CPU runs " +
-                     std::to_string(philox_lanes()) + " (16: AVX512F, 8: AVX2, 1: any)");
+                     " blocks side by side asked for; this CPU can run " +
+                     std::string(cpu_has_avx512f() ? "16, 8 or 1"
+                                 : cpu_has_avx2()  ? "8 or 1"
+                                                   : "1") +
+                     " (16: AVX512F, 8: AVX2)");
   }
   philox_words_scalar(first_block + c, blocks - c, stream, step, seed, words + 4 * c);
 }

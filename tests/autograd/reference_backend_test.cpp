@@ -295,6 +295,30 @@ TEST(CpuTwoByteGemm, TwoThreadsOnOneBackendGetWhatOneGets) {
   }
 }
 
+// The kept scratch is never zeroed: a product with beta 0 must not read the C a product before
+// left there. An f16 product widens a C full of NaN into it; the next, of the same size with k 0
+// and beta 0, must give zeros (alpha times an empty sum), and one with k 0 and beta 1 the C given.
+TEST(CpuTwoByteGemm, BetaZeroNeverReadsWhatTheLastProductLeft) {
+  CpuBackend be;
+  Context ctx{0, Device::cpu()};
+  GemmDesc d = GemmDesc::packed(6, 5, 4);
+  d.beta = 1.0;
+  const Tensor a = test_input(ctx, {d.m * d.k}, DType::f16, 1);
+  const Tensor b = test_input(ctx, {d.k * d.n}, DType::f16, 2);
+  Tensor c = Tensor::full(ctx, Shape{d.m * d.n}, std::nan(""), DType::f16);
+  be.gemm(d, DType::f16, a.raw_data(), b.raw_data(), c.raw_data());
+  GemmDesc empty = GemmDesc::packed(6, 5, 0);
+  empty.lda = 1;
+  Tensor zeros = test_input(ctx, {d.m * d.n}, DType::f16, 3);
+  be.gemm(empty, DType::f16, a.raw_data(), b.raw_data(), zeros.raw_data());
+  for (double v : zeros.to_vector()) ASSERT_EQ(v, 0.0);
+  empty.beta = 1.0;
+  Tensor kept = test_input(ctx, {d.m * d.n}, DType::f16, 4);
+  const std::vector<double> before = kept.to_vector();
+  be.gemm(empty, DType::f16, a.raw_data(), b.raw_data(), kept.raw_data());
+  EXPECT_EQ(kept.to_vector(), before);
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CpuVsReference,
                          ::testing::Values(DType::f32, DType::f64, DType::bf16, DType::f16),
                          testing::DTypeName());
