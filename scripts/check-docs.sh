@@ -63,6 +63,26 @@ if [[ ! -x $build/apps/shardscope ]]; then
   exit 2
 fi
 timeout_s=${DOCS_CHECK_TIMEOUT:-90}
+
+# The numbers of an output block go down to rounding errors (a check's worst/bound) and the last
+# digit of a product, and OpenBLAS picks its GEMM kernels by CPU: Haswell's on an AVX2 CPU,
+# SkylakeX's or Cooperlake's on an AVX-512 one, which sum a product's terms in another order. So
+# the blocks are recorded and checked with OpenBLAS's Haswell kernels wherever the CPU runs them
+# (AVX2 and FMA), whatever it would pick (OPENBLAS_CORETYPE, unless the caller set it). On a CPU
+# without them OpenBLAS picks, and a block may differ in its last digits (said in the summary).
+# shardscope's own f32 and f64 loops are element-wise or sum in the source's order (no
+# -ffast-math), so the x86-64 level they were built for does not change their bits either.
+blas_note=""
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=Haswell
+    blas_note="OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=Haswell)"
+  else
+    blas_note="OpenBLAS's own choice of kernels: this CPU has no AVX2 and FMA, so an output block may differ in its last digits"
+  fi
+else
+  blas_note="OpenBLAS kernels OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (set by the caller)"
+fi
 viz_bin=$build/viz/app/shardscope-viz
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/shardscope-docs.XXXXXX")
@@ -382,6 +402,7 @@ for e in "${parse_errors[@]}"; do echo "  FAIL  $e"; done
 echo "docs check: ${#docs[@]} files; $((n_ok + n_fail)) commands run ($n_ok ok, $n_fail failed)," \
   "$n_skip skipped with their reasons, $((n_out_ok + n_out_fail)) output blocks compared" \
   "($n_out_fail differ, $n_out_skip skipped), ${#warnings[@]} warnings, ${#parse_errors[@]} parse errors, in ${secs}s"
+echo "  (products with $blas_note)"
 if ((n_fail + n_out_fail + ${#parse_errors[@]} > 0)); then
   for f in "${failures[@]}"; do echo "  failed: $f"; done
   exit 1
