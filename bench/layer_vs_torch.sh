@@ -11,6 +11,7 @@
 # step that runs op by op can reach on this machine. Without PyTorch (Debian: python3-torch) the
 # PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
+#   bash bench/layer_vs_torch.sh --table DIR               the table of the results kept in DIR
 # THREADS sets OPENBLAS_NUM_THREADS for both (shardscope's CPU backend: its GEMMs and loops;
 # PyTorch's GEMMs go to the same OpenBLAS) and torch.set_num_threads. Environment: ROUNDS (3) and
 # REPS (3, steps per round and cell); MODELS ("gpt llama": apply_model's presets, llama with
@@ -18,12 +19,22 @@
 # bfloat16 kernels as the peer of shardscope's bf16); DROPOUTS ("0.1 0": gpt's three dropouts;
 # llama has none); SHAPES ("s,b,h,a ..."). OMP_WAIT_POLICY=
 # passive keeps PyTorch's idle OpenMP threads from spinning: on a machine shared with other work,
-# spinning made its 2-thread steps several times slower.
+# spinning made its 2-thread steps several times slower. KEEP=DIR keeps each cell's results in DIR
+# (a new or empty folder) as it finishes, so a run stopped part way (a full table takes an hour
+# and more) still gives the table of what it finished, with --table DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --table ]; then
+  [ -n "${2:-}" ] && ls "$2"/shardscope-*.json >/dev/null 2>&1 ||
+    { echo "layer_vs_torch: --table needs a folder a KEEP=DIR run wrote results to, given '${2:-}'" >&2; exit 2; }
+  table_only=$2
+else
+  table_only=""
+fi
 build=${1:-build/default}
 bench=$build/bench/layer_bench
-[ -x "$bench" ] || { echo "build layer_bench first: cmake --build $build --target layer_bench" >&2; exit 1; }
+[ -n "$table_only" ] || [ -x "$bench" ] ||
+  { echo "build layer_bench first: cmake --build $build --target layer_bench" >&2; exit 1; }
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 threads=${2:-$cores}
 rounds=${ROUNDS:-3}
@@ -40,8 +51,18 @@ for py in python3 /usr/bin/python3; do
   if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
 done
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "$table_only" ]; then
+  out=$table_only
+elif [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP"
+  [ -z "$(ls -A "$KEEP")" ] || { echo "layer_vs_torch: KEEP=$KEEP is not empty (give a new folder)" >&2; exit 2; }
+  out=$KEEP
+  echo "results kept in $out (the table again: bash bench/layer_vs_torch.sh --table $out)"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+[ -n "$table_only" ] || {
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), nproc $cores"
 echo "threads: OPENBLAS_NUM_THREADS=$threads (shardscope GEMMs and loops), torch.set_num_threads($threads)"
 if [ -n "$torch_python" ]; then
@@ -63,7 +84,8 @@ for round in $(seq "$rounds"); do
           cell="$model,$p,$dtype,$s,$b,$h,$a,$g"
           "$bench" --model="$model" --dtype="$dtype" --dropout="$p" --shape="$s,$b,$h,$a,$g" \
             --benchmark_filter="^BM_Layer(Step|Gemms|Traffic|Floor)/" --benchmark_repetitions="$reps" \
-            --benchmark_format=json >"$out/shardscope-$round-$cell.json" 2>/dev/null
+            --benchmark_format=json >"$out/partial.json" 2>/dev/null
+          mv "$out/partial.json" "$out/shardscope-$round-$cell.json"  # whole cells only
           if [ -n "$torch_python" ]; then
             times=$("$torch_python" bench/torch_layer.py --threads "$threads" --model "$model" \
               --dtype "$dtype" --dropout "$p" --shape "$s,$b,$h,$a,$g" --repetitions "$reps" \
@@ -77,6 +99,7 @@ for round in $(seq "$rounds"); do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
 python3 - "$out" <<'EOF'
 import collections, glob, json, os, statistics, sys
 out = sys.argv[1]
