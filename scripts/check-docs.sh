@@ -71,7 +71,8 @@ timeout_s=${DOCS_CHECK_TIMEOUT:-90}
 # (AVX2 and FMA), whatever it would pick (OPENBLAS_CORETYPE, unless the caller set it). On a CPU
 # without them OpenBLAS picks, and a block may differ in its last digits (said in the summary).
 # shardscope's own f32 and f64 loops are element-wise or sum in the source's order (no
-# -ffast-math), so the x86-64 level they were built for does not change their bits either.
+# -ffast-math), so whether they were built for x86-64-v3 or v4 (-march=native on such a CPU; FMA
+# in both) does not change their bits either.
 blas_note=""
 if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
   if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo 2>/dev/null; then
