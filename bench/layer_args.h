@@ -1,8 +1,11 @@
-// The layer a benchmark of bench/ runs, from its arguments (s, b, h, a), for layer_bench and
-// observer_bench alike.
+// What the layer benchmarks of bench/ (layer_bench, observer_bench) share: the layer a benchmark
+// runs, from its arguments (s, b, h, a), and the median of the samples of runs made in turn.
 #pragma once
 
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "parallel/layers/transformer_layer.h"
 
@@ -17,6 +20,14 @@ inline LayerConfig layer_of_args(const benchmark::State& state) {
   c.hidden = state.range(2);
   c.heads = state.range(3);
   return c;
+}
+
+// The median of `v` (0 when empty).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace shardscope

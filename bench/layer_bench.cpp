@@ -18,6 +18,14 @@
 //                              between them, in the step's order, so that each meets the cache
 //                              the other left: BM_LayerFloor / BM_LayerGemms is the least
 //                              step/gemm a step that runs op by op can reach;
+//   BM_LayerPaired/s/b/h/a/g   the step and the three above in turn, each iteration, so that the
+//                              ratios come from times taken moments apart (on a machine shared
+//                              with other work, the benchmarks above, run one after another, saw
+//                              the same GEMMs take 22 and 28 ms): counters step_ms, gemm_ms,
+//                              traffic_ms, floor_ms (medians over the iterations) and
+//                              step_over_gemm, apart ((gemm + traffic) / gemm), floor_over_gemm
+//                              (medians of each iteration's own ratios); bench/layer_vs_torch.sh
+//                              reports these;
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -28,6 +36,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <initializer_list>
 #include <iostream>
@@ -124,6 +133,11 @@ class GemmRunner {
     backend_.gemm(d, call_dtype, buffers_[0].raw_data(), buffers_[1].raw_data(),
                   buffers_[2].raw_data());
   }
+  // Every recorded product in order, then wait().
+  void run_all() const {
+    for (std::size_t i = 0; i < calls_.size(); ++i) run(i);
+    wait();
+  }
   // Reads C's first element on the host: waits for the device, no more.
   void wait() const {
     unsigned char first[8];
@@ -150,10 +164,7 @@ void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
   GemmFlops flops;
   record_step(ctx, c, {&log, &flops});
   const GemmRunner gemms(ctx, log.calls, c.dtype);
-  for (auto _ : state) {
-    for (std::size_t i = 0; i < log.calls.size(); ++i) gemms.run(i);
-    gemms.wait();
-  }
+  for (auto _ : state) gemms.run_all();
   state.counters["gemms"] = static_cast<double>(log.calls.size());
   state.counters["GFLOP/s"] =
       benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
@@ -213,6 +224,11 @@ class CopyRunner {
     }
   }
   void run(std::size_t i) const { backend_.copy(copies_[i]->first, copies_[i]->second); }
+  // Every recorded copy in order, then wait().
+  void run_all() const {
+    for (std::size_t i = 0; i < copies_.size(); ++i) run(i);
+    wait();
+  }
   // Reads the first copy's first byte on the host: waits for the device, no more.
   void wait() const {
     unsigned char first = 0;
@@ -242,6 +258,17 @@ class StepOrder : public Observer {
     traffic.on_op_end(e);
     if (traffic.moves.size() > before) steps.emplace_back(false, before);
   }
+  // The recorded products and copies in the step's order (BM_LayerFloor's iteration).
+  void run_floor(const GemmRunner& gemm_runner, const CopyRunner& copy_runner) const {
+    for (const auto& [is_gemm, i] : steps) {
+      if (is_gemm) {
+        gemm_runner.run(i);
+      } else {
+        copy_runner.run(i);
+      }
+    }
+    gemm_runner.wait();
+  }
   GemmLog gemms;
   OpTraffic traffic;
   std::vector<std::pair<bool, std::size_t>> steps;
@@ -258,10 +285,7 @@ void BM_LayerTraffic(benchmark::State& state, Device device, LayerChoice choice)
   OpTraffic traffic;
   record_step(ctx, c, {&traffic});
   const CopyRunner copies(ctx, traffic.moves);
-  for (auto _ : state) {
-    for (std::size_t i = 0; i < traffic.moves.size(); ++i) copies.run(i);
-    copies.wait();
-  }
+  for (auto _ : state) copies.run_all();
   state.counters["ops"] = static_cast<double>(traffic.moves.size());
   state.counters["MB"] = copies.total_bytes() / 1e6;
 }
@@ -277,18 +301,56 @@ void BM_LayerFloor(benchmark::State& state, Device device, LayerChoice choice) {
   record_step(ctx, c, {&order});
   const GemmRunner gemms(ctx, order.gemms.calls, c.dtype);
   const CopyRunner copies(ctx, order.traffic.moves);
-  for (auto _ : state) {
-    for (const auto& [is_gemm, i] : order.steps) {
-      if (is_gemm) {
-        gemms.run(i);
-      } else {
-        copies.run(i);
-      }
-    }
-    gemms.wait();
-  }
+  for (auto _ : state) order.run_floor(gemms, copies);
   state.counters["gemms"] = static_cast<double>(order.gemms.calls.size());
   state.counters["ops"] = static_cast<double>(order.traffic.moves.size());
+}
+
+// Milliseconds of wall time that f takes.
+template <typename F>
+double wall_ms(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// BM_LayerStep, BM_LayerGemms, BM_LayerTraffic and BM_LayerFloor in turn, each iteration, on one
+// layer: its first step (untimed) records the products and the other ops' traffic that the
+// three models run again. Each ratio is taken within an iteration, then the median over them.
+void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) {
+  const LayerConfig c = layer_config(state, choice);
+  Context ctx(0, device);
+  TransformerLayer layer(c, make_layer_weights(ctx, c));
+  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+  StepOrder order;
+  {
+    ObserverGuard record(ctx, order);
+    sum(layer.forward(x)).backward();
+  }
+  const GemmRunner gemms(ctx, order.gemms.calls, c.dtype);
+  const CopyRunner copies(ctx, order.traffic.moves);
+  std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over;
+  for (auto _ : state) {
+    step_ms.push_back(wall_ms([&] {
+      Tensor loss = sum(layer.forward(x));
+      loss.backward();
+      benchmark::DoNotOptimize(loss.item());
+    }));
+    gemm_ms.push_back(wall_ms([&] { gemms.run_all(); }));
+    traffic_ms.push_back(wall_ms([&] { copies.run_all(); }));
+    floor_ms.push_back(wall_ms([&] { order.run_floor(gemms, copies); }));
+    over_gemm.push_back(step_ms.back() / gemm_ms.back());
+    apart.push_back((gemm_ms.back() + traffic_ms.back()) / gemm_ms.back());
+    floor_over.push_back(floor_ms.back() / gemm_ms.back());
+  }
+  state.counters["step_ms"] = median(step_ms);
+  state.counters["gemm_ms"] = median(gemm_ms);
+  state.counters["traffic_ms"] = median(traffic_ms);
+  state.counters["floor_ms"] = median(floor_ms);
+  state.counters["step_over_gemm"] = median(over_gemm);
+  state.counters["apart"] = median(apart);
+  state.counters["floor_over_gemm"] = median(floor_over);
 }
 
 // Our flags, taken out of argv before Google Benchmark reads the rest.
@@ -363,7 +425,8 @@ void register_benchmarks(const BenchFlags& flags) {
       {"BM_LayerStep", BM_LayerStep},
       {"BM_LayerGemms", BM_LayerGemms},
       {"BM_LayerTraffic", BM_LayerTraffic},
-      {"BM_LayerFloor", BM_LayerFloor}};
+      {"BM_LayerFloor", BM_LayerFloor},
+      {"BM_LayerPaired", BM_LayerPaired}};
   for (const auto& [name, run] : layer_benchmarks) {
     auto* b = benchmark::RegisterBenchmark(name, run, flags.device, flags.layer);
     for (const auto& shape : shapes) b->Args(shape);

@@ -3,13 +3,14 @@
 # same layers, shapes, dtypes and thread count, in one run: for each round, model, dtype and shape
 # it runs bench/layer_bench (Google Benchmark) then bench/torch_layer.py back to back, and prints
 # the median time per step of each over every round, and their ratio (shardscope / PyTorch: below
-# 1, shardscope is faster); beside them the step's own GEMMs timed alone (BM_LayerGemms) and
-# step / gemm-only (how far the step is from its GEMM-only bound); and the step's other ops as
-# copies of what each reads and writes (BM_LayerTraffic), with apart = (gemm-only + that) /
-# gemm-only, and floor = BM_LayerFloor / gemm-only (the same products with those copies between
-# them, in the step's order, so that each meets the cache the other left): the least step/gemm a
-# step that runs op by op can reach on this machine. Without PyTorch (Debian: python3-torch) the
-# PyTorch column says so.
+# 1, shardscope is faster); beside them, from BM_LayerPaired (a step, then its own GEMMs alone,
+# then its other ops as copies of what each reads and writes, then the two together in the step's
+# order, in turn, so that each ratio compares times taken moments apart): the GEMMs' time,
+# step/gemm (how far the step is from its GEMM-only bound), the copies' time with apart =
+# (gemm-only + that) / gemm-only, and floor = the products with the copies between them (each
+# meeting the cache the other left) / gemm-only: the least step/gemm a step that runs op by op can
+# reach on this machine. Ratios are medians of each iteration's own. Without PyTorch (Debian:
+# python3-torch) the PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
 #   bash bench/layer_vs_torch.sh --table DIR               the table of the results kept in DIR
 # THREADS sets OPENBLAS_NUM_THREADS for both (shardscope's CPU backend: its GEMMs and loops;
@@ -17,7 +18,7 @@
 # REPS (3, steps per round and cell); MODELS ("gpt llama": apply_model's presets, llama with
 # g = ceil(a/4) key/value heads, the GQA of Llama 3 8B); DTYPES ("f32 bf16": PyTorch's own CPU
 # bfloat16 kernels as the peer of shardscope's bf16); DROPOUTS ("0.1 0": gpt's three dropouts;
-# llama has none); SHAPES ("s,b,h,a ..."). OMP_WAIT_POLICY=
+# llama has none); SHAPES ("s,b,h,a ..."); TORCH=0 leaves PyTorch out. OMP_WAIT_POLICY=
 # passive keeps PyTorch's idle OpenMP threads from spinning: on a machine shared with other work,
 # spinning made its 2-thread steps several times slower. KEEP=DIR keeps each cell's results in DIR
 # (a new or empty folder) as it finishes, so a run stopped part way (a full table takes an hour
@@ -48,6 +49,7 @@ export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=pa
 # Debian's python3-torch installs for /usr/bin/python3, which may not be the python3 on PATH.
 torch_python=""
 for py in python3 /usr/bin/python3; do
+  [ "${TORCH:-1}" != 0 ] || break
   if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
 done
 
@@ -68,7 +70,11 @@ echo "threads: OPENBLAS_NUM_THREADS=$threads (shardscope GEMMs and loops), torch
 if [ -n "$torch_python" ]; then
   echo "torch: $("$torch_python" -c 'import torch; print(torch.__version__)')"
 else
-  echo "PyTorch is missing (Debian: apt-get install python3-torch): shardscope alone"
+  if [ "${TORCH:-1}" = 0 ]; then
+    echo "PyTorch left out (TORCH=0): shardscope alone"
+  else
+    echo "PyTorch is missing (Debian: apt-get install python3-torch): shardscope alone"
+  fi
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
@@ -83,7 +89,7 @@ for round in $(seq "$rounds"); do
           [ "$model" = llama ] && g=$(((a + 3) / 4))
           cell="$model,$p,$dtype,$s,$b,$h,$a,$g"
           "$bench" --model="$model" --dtype="$dtype" --dropout="$p" --shape="$s,$b,$h,$a,$g" \
-            --benchmark_filter="^BM_Layer(Step|Gemms|Traffic|Floor)/" --benchmark_repetitions="$reps" \
+            --benchmark_filter="^BM_Layer(Step|Paired)/" --benchmark_repetitions="$reps" \
             --benchmark_format=json >"$out/partial.json" 2>/dev/null
           mv "$out/partial.json" "$out/shardscope-$round-$cell.json"  # whole cells only
           if [ -n "$torch_python" ]; then
@@ -103,40 +109,38 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" <<'EOF'
 import collections, glob, json, os, statistics, sys
 out = sys.argv[1]
-ours, gemms, traffic, floor, torch = (collections.defaultdict(list) for _ in range(5))
+# Per cell: BM_LayerStep's times, and BM_LayerPaired's counters, one value per repetition.
+ours, torch = collections.defaultdict(list), collections.defaultdict(list)
+paired = collections.defaultdict(lambda: collections.defaultdict(list))
 for path in glob.glob(f"{out}/shardscope-*.json"):
     cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
     for run in json.load(open(path))["benchmarks"]:
-        if run.get("run_type") == "iteration":
+        if run.get("run_type") != "iteration":
+            continue
+        if run["name"].startswith("BM_LayerPaired/"):
+            for k in ("gemm_ms", "step_over_gemm", "traffic_ms", "apart", "floor_over_gemm"):
+                paired[cell][k].append(run[k])
+        else:
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
-            into = {"BM_LayerGemms": gemms, "BM_LayerTraffic": traffic,
-                    "BM_LayerFloor": floor}.get(
-                run["name"].split("/")[0], ours)
-            into[cell].append(run["real_time"] * scale)
+            ours[cell].append(run["real_time"] * scale)
 if os.path.exists(f"{out}/torch.txt"):
     for line in open(f"{out}/torch.txt"):
         cell, *times = line.split()
         torch[cell] += [float(t) for t in times]
-# ratio: shardscope / PyTorch; gemm-only: the step's own GEMMs alone (BM_LayerGemms), and
-# step / gemm-only how far the step is from that bound; traffic: the other ops as copies
-# (BM_LayerTraffic), apart = (gemm-only + traffic) / gemm-only; floor: the products with the
-# copies between them (BM_LayerFloor) / gemm-only.
 print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
       f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} "
       f"{'traffic ms':>11} {'apart':>6} {'floor':>6}  steps")
 order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
+fmt = lambda v, spec: "-" if v is None else format(v, spec)
 for cell in sorted(ours, key=order):
     model, p, dtype, shape = cell.split(",", 3)
     a = statistics.median(ours[cell])
-    g = statistics.median(gemms[cell]) if gemms[cell] else None
     t = statistics.median(torch[cell]) if torch[cell] else None
-    m = statistics.median(traffic[cell]) if traffic[cell] else None
-    f = statistics.median(floor[cell]) if floor[cell] else None
+    m = {k: statistics.median(v) for k, v in paired[cell].items()}
     print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
           f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
-          f"{'-' if g is None else f'{g:.1f}':>13} {'' if g is None else f'{a / g:.2f}':>10} "
-          f"{'-' if m is None else f'{m:.1f}':>11} "
-          f"{'' if m is None or g is None else f'{(g + m) / g:.2f}':>6} "
-          f"{'' if f is None or g is None else f'{f / g:.2f}':>6}  "
+          f"{fmt(m.get('gemm_ms'), '.1f'):>13} {fmt(m.get('step_over_gemm'), '.2f'):>10} "
+          f"{fmt(m.get('traffic_ms'), '.1f'):>11} {fmt(m.get('apart'), '.2f'):>6} "
+          f"{fmt(m.get('floor_over_gemm'), '.2f'):>6}  "
           f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
 EOF

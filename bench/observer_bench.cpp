@@ -34,12 +34,6 @@
 namespace shardscope {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // CPU time of the whole process (every thread), in ms.
 double process_cpu_ms() {
   timespec t{};
