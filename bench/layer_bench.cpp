@@ -77,21 +77,33 @@ LayerConfig layer_config(const benchmark::State& state, const LayerChoice& choic
   return c;
 }
 
-void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
-  const LayerConfig c = layer_config(state, choice);
-  Context ctx(0, device);
-  TransformerLayer layer(c, make_layer_weights(ctx, c));
-  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
-  GemmFlops flops;
-  {  // untimed: the first step maps (or caches) its memory, and counts the products
-    ObserverGuard count(ctx, flops);
-    sum(layer.forward(x)).backward();
-  }
-  for (auto _ : state) {
+// A layer on a device and its input, stepped: forward and backward of sum(y) (parameter
+// gradients accumulate), what BM_LayerStep and BM_LayerPaired time.
+struct SteppedLayer {
+  SteppedLayer(const LayerConfig& c, Device device)
+      : ctx(0, device),
+        layer(c, make_layer_weights(ctx, c)),
+        x(Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype)) {}
+  void step() {
     Tensor loss = sum(layer.forward(x));
     loss.backward();
     benchmark::DoNotOptimize(loss.item());  // on the host: waits for the device's work
   }
+  // An untimed step with `observer` attached: the first maps (or caches) the step's memory.
+  void step_watched(Observer& observer) {
+    const ObserverGuard watch(ctx, observer);
+    step();
+  }
+  Context ctx;
+  TransformerLayer layer;
+  Tensor x;
+};
+
+void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
+  SteppedLayer stepped(layer_config(state, choice), device);
+  GemmFlops flops;
+  stepped.step_watched(flops);
+  for (auto _ : state) stepped.step();
   state.counters["GFLOP/s"] =
       benchmark::Counter(3 * flops.forward(), benchmark::Counter::kIsIterationInvariantRate,
                          benchmark::Counter::kIs1000);
@@ -320,23 +332,14 @@ double wall_ms(F&& f) {
 // three models run again. Each ratio is taken within an iteration, then the median over them.
 void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) {
   const LayerConfig c = layer_config(state, choice);
-  Context ctx(0, device);
-  TransformerLayer layer(c, make_layer_weights(ctx, c));
-  Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+  SteppedLayer stepped(c, device);
   StepOrder order;
-  {
-    ObserverGuard record(ctx, order);
-    sum(layer.forward(x)).backward();
-  }
-  const GemmRunner gemms(ctx, order.gemms.calls, c.dtype);
-  const CopyRunner copies(ctx, order.traffic.moves);
+  stepped.step_watched(order);
+  const GemmRunner gemms(stepped.ctx, order.gemms.calls, c.dtype);
+  const CopyRunner copies(stepped.ctx, order.traffic.moves);
   std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over;
   auto run_all_four = [&] {
-    step_ms.push_back(wall_ms([&] {
-      Tensor loss = sum(layer.forward(x));
-      loss.backward();
-      benchmark::DoNotOptimize(loss.item());
-    }));
+    step_ms.push_back(wall_ms([&] { stepped.step(); }));
     gemm_ms.push_back(wall_ms([&] { gemms.run_all(); }));
     traffic_ms.push_back(wall_ms([&] { copies.run_all(); }));
     floor_ms.push_back(wall_ms([&] { order.run_floor(gemms, copies); }));
