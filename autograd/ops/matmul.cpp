@@ -167,10 +167,13 @@ void run_causal_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor&
              block * block);
   };
   if (cs.masked_c) {  // C [r s_q, s_k]: each block of rows up to its diagonal
+    // C comes zeroed (its keys after each square are never written), so each piece adds to it
+    // (beta 1): with beta 0 BLAS zeroes the piece again first, a pass of its own in every call
+    // (OpenBLAS's sgemm_beta; a quarter of the scores' product's cycles at s=128, d=32).
     for (std::int64_t r = 0; r < cs.periods; ++r) {
       for (std::int64_t q0 = 0; q0 < cs.queries; q0 += block) {
         const std::int64_t side = std::min(block, cs.queries - q0), i0 = r * cs.queries + q0;
-        piece(full, side, q0 + side + offset, k, at(pa, a_row(i0)), pb, at(pc, c_at(i0, 0)), false);
+        piece(full, side, q0 + side + offset, k, at(pa, a_row(i0)), pb, at(pc, c_at(i0, 0)), true);
         void* square = at(pc, c_at(i0, q0 + offset));
         triangle(side, square, full.ldc, full.stride_c, square, full.ldc, full.stride_c);
       }
