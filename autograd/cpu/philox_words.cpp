@@ -152,19 +152,10 @@ int philox_lanes() {
 void philox_words_lanes(int lanes, std::uint64_t first_block, std::uint64_t blocks,
                         std::uint32_t stream, std::uint32_t step, std::uint64_t seed,
                         std::uint32_t* words) {
-  std::uint64_t c = 0;
-  bool known = lanes == 1;
-#ifdef SHARDSCOPE_X86
-  if (lanes == 16 && cpu_has_avx512f()) {
-    known = true;
-    for (; c + 16 <= blocks; c += 16) philox16(first_block + c, stream, step, seed, words + 4 * c);
-  }
-  if (lanes == 8 && cpu_has_avx2()) {
-    known = true;
-    for (; c + 8 <= blocks; c += 8) philox8(first_block + c, stream, step, seed, words + 4 * c);
-  }
-#endif
-  if (!known) {
+  // (cpu_has_* are false off x86-64, where only 1 runs.)
+  const bool runs =
+      lanes == 1 || (lanes == 16 && cpu_has_avx512f()) || (lanes == 8 && cpu_has_avx2());
+  if (!runs) {
     throw StateError("philox_words: " + std::to_string(lanes) +
                      " blocks side by side asked for; this CPU can run " +
                      std::string(cpu_has_avx512f() ? "16, 8 or 1"
@@ -172,6 +163,14 @@ void philox_words_lanes(int lanes, std::uint64_t first_block, std::uint64_t bloc
                                                    : "1") +
                      " (16: AVX512F, 8: AVX2)");
   }
+  std::uint64_t c = 0;
+#ifdef SHARDSCOPE_X86
+  if (lanes == 16) {
+    for (; c + 16 <= blocks; c += 16) philox16(first_block + c, stream, step, seed, words + 4 * c);
+  } else if (lanes == 8) {
+    for (; c + 8 <= blocks; c += 8) philox8(first_block + c, stream, step, seed, words + 4 * c);
+  }
+#endif
   philox_words_scalar(first_block + c, blocks - c, stream, step, seed, words + 4 * c);
 }
 
