@@ -25,17 +25,57 @@
 # and more) still gives the table of what it finished, with --table DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The table of the results in folder $1.
+print_table() {
+  python3 - "$1" <<'EOF'
+import collections, glob, json, os, statistics, sys
+out = sys.argv[1]
+# Per cell: BM_LayerStep's times, and BM_LayerPaired's counters, one value per repetition.
+ours, torch = collections.defaultdict(list), collections.defaultdict(list)
+paired = collections.defaultdict(lambda: collections.defaultdict(list))
+for path in glob.glob(f"{out}/shardscope-*.json"):
+    cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
+    for run in json.load(open(path))["benchmarks"]:
+        if run.get("run_type") != "iteration":
+            continue
+        if run["name"].startswith("BM_LayerPaired/"):
+            for k in ("gemm_ms", "step_over_gemm", "traffic_ms", "apart", "floor_over_gemm"):
+                paired[cell][k].append(run[k])
+        else:
+            scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
+            ours[cell].append(run["real_time"] * scale)
+if os.path.exists(f"{out}/torch.txt"):
+    for line in open(f"{out}/torch.txt"):
+        cell, *times = line.split()
+        torch[cell] += [float(t) for t in times]
+print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
+      f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} "
+      f"{'traffic ms':>11} {'apart':>6} {'floor':>6}  steps")
+order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
+fmt = lambda v, spec: "-" if v is None else format(v, spec)
+for cell in sorted(ours, key=order):
+    model, p, dtype, shape = cell.split(",", 3)
+    a = statistics.median(ours[cell])
+    t = statistics.median(torch[cell]) if torch[cell] else None
+    m = {k: statistics.median(v) for k, v in paired[cell].items()}
+    print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
+          f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
+          f"{fmt(m.get('gemm_ms'), '.1f'):>13} {fmt(m.get('step_over_gemm'), '.2f'):>10} "
+          f"{fmt(m.get('traffic_ms'), '.1f'):>11} {fmt(m.get('apart'), '.2f'):>6} "
+          f"{fmt(m.get('floor_over_gemm'), '.2f'):>6}  "
+          f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
+EOF
+}
+
 if [ "${1:-}" = --table ]; then
   [ -n "${2:-}" ] && ls "$2"/shardscope-*.json >/dev/null 2>&1 ||
     { echo "layer_vs_torch: --table needs a folder a KEEP=DIR run wrote results to, given '${2:-}'" >&2; exit 2; }
-  table_only=$2
-else
-  table_only=""
+  print_table "$2"
+  exit
 fi
 build=${1:-build/default}
 bench=$build/bench/layer_bench
-[ -n "$table_only" ] || [ -x "$bench" ] ||
-  { echo "build layer_bench first: cmake --build $build --target layer_bench" >&2; exit 1; }
+[ -x "$bench" ] || { echo "build layer_bench first: cmake --build $build --target layer_bench" >&2; exit 1; }
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 threads=${2:-$cores}
 rounds=${ROUNDS:-3}
@@ -48,14 +88,13 @@ export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=pa
 
 # Debian's python3-torch installs for /usr/bin/python3, which may not be the python3 on PATH.
 torch_python=""
-for py in python3 /usr/bin/python3; do
-  [ "${TORCH:-1}" != 0 ] || break
-  if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
-done
+if [ "${TORCH:-1}" != 0 ]; then
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null && "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
+  done
+fi
 
-if [ -n "$table_only" ]; then
-  out=$table_only
-elif [ -n "${KEEP:-}" ]; then
+if [ -n "${KEEP:-}" ]; then
   mkdir -p "$KEEP"
   [ -z "$(ls -A "$KEEP")" ] || { echo "layer_vs_torch: KEEP=$KEEP is not empty (give a new folder)" >&2; exit 2; }
   out=$KEEP
@@ -64,7 +103,6 @@ else
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
 fi
-[ -n "$table_only" ] || {
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), nproc $cores"
 echo "threads: OPENBLAS_NUM_THREADS=$threads (shardscope GEMMs and loops), torch.set_num_threads($threads)"
 if [ -n "$torch_python" ]; then
@@ -105,42 +143,4 @@ for round in $(seq "$rounds"); do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-}
-python3 - "$out" <<'EOF'
-import collections, glob, json, os, statistics, sys
-out = sys.argv[1]
-# Per cell: BM_LayerStep's times, and BM_LayerPaired's counters, one value per repetition.
-ours, torch = collections.defaultdict(list), collections.defaultdict(list)
-paired = collections.defaultdict(lambda: collections.defaultdict(list))
-for path in glob.glob(f"{out}/shardscope-*.json"):
-    cell = os.path.basename(path)[:-5].split("-", 2)[2]  # shardscope-ROUND-CELL.json
-    for run in json.load(open(path))["benchmarks"]:
-        if run.get("run_type") != "iteration":
-            continue
-        if run["name"].startswith("BM_LayerPaired/"):
-            for k in ("gemm_ms", "step_over_gemm", "traffic_ms", "apart", "floor_over_gemm"):
-                paired[cell][k].append(run[k])
-        else:
-            scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
-            ours[cell].append(run["real_time"] * scale)
-if os.path.exists(f"{out}/torch.txt"):
-    for line in open(f"{out}/torch.txt"):
-        cell, *times = line.split()
-        torch[cell] += [float(t) for t in times]
-print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
-      f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} "
-      f"{'traffic ms':>11} {'apart':>6} {'floor':>6}  steps")
-order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
-fmt = lambda v, spec: "-" if v is None else format(v, spec)
-for cell in sorted(ours, key=order):
-    model, p, dtype, shape = cell.split(",", 3)
-    a = statistics.median(ours[cell])
-    t = statistics.median(torch[cell]) if torch[cell] else None
-    m = {k: statistics.median(v) for k, v in paired[cell].items()}
-    print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
-          f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
-          f"{fmt(m.get('gemm_ms'), '.1f'):>13} {fmt(m.get('step_over_gemm'), '.2f'):>10} "
-          f"{fmt(m.get('traffic_ms'), '.1f'):>11} {fmt(m.get('apart'), '.2f'):>6} "
-          f"{fmt(m.get('floor_over_gemm'), '.2f'):>6}  "
-          f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
-EOF
+print_table "$out"
