@@ -337,22 +337,30 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   stepped.step_watched(order);
   const GemmRunner gemms(stepped.ctx, order.gemms.calls, c.dtype);
   const CopyRunner copies(stepped.ctx, order.traffic.moves);
-  std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over;
+  struct Times {
+    double step, gemm, traffic, floor;
+  };
   auto run_all_four = [&] {
-    step_ms.push_back(wall_ms([&] { stepped.step(); }));
-    gemm_ms.push_back(wall_ms([&] { gemms.run_all(); }));
-    traffic_ms.push_back(wall_ms([&] { copies.run_all(); }));
-    floor_ms.push_back(wall_ms([&] { order.run_floor(gemms, copies); }));
+    Times t{};
+    t.step = wall_ms([&] { stepped.step(); });
+    t.gemm = wall_ms([&] { gemms.run_all(); });
+    t.traffic = wall_ms([&] { copies.run_all(); });
+    t.floor = wall_ms([&] { order.run_floor(gemms, copies); });
+    return t;
   };
   // Untimed: the runners took memory the first step had left in the backend's cache, so the next
   // step maps new pages (at s=256, h=512 that step took 15 to 30% longer than the ones after it).
   run_all_four();
-  step_ms.clear(), gemm_ms.clear(), traffic_ms.clear(), floor_ms.clear();
+  std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over;
   for (auto _ : state) {
-    run_all_four();
-    over_gemm.push_back(step_ms.back() / gemm_ms.back());
-    apart.push_back((gemm_ms.back() + traffic_ms.back()) / gemm_ms.back());
-    floor_over.push_back(floor_ms.back() / gemm_ms.back());
+    const Times t = run_all_four();
+    step_ms.push_back(t.step);
+    gemm_ms.push_back(t.gemm);
+    traffic_ms.push_back(t.traffic);
+    floor_ms.push_back(t.floor);
+    over_gemm.push_back(t.step / t.gemm);
+    apart.push_back((t.gemm + t.traffic) / t.gemm);
+    floor_over.push_back(t.floor / t.gemm);
   }
   state.counters["step_ms"] = median(step_ms);
   state.counters["gemm_ms"] = median(gemm_ms);
