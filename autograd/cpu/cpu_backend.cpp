@@ -403,12 +403,19 @@ void CpuBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset,
   const std::int64_t src_dim = s[dim], dst_dim = dst.shape()[dim];
   const auto* in = static_cast<const unsigned char*>(src.raw_data());
   auto* out = static_cast<unsigned char*>(dst.raw_data());
-  const auto block = static_cast<std::size_t>(count * inner) * es;
-  for (std::int64_t o = 0; o < outer; ++o) {
-    if (!block) break;
-    std::memcpy(out + static_cast<std::size_t>((o * dst_dim + dst_offset) * inner) * es,
-                in + static_cast<std::size_t>((o * src_dim + src_offset) * inner) * es, block);
-  }
+  // `outer` runs of `run` elements; the threads take ranges of the elements of all of them, so a
+  // slice of one long run (a split along the first dim) is shared out too.
+  const std::int64_t run = count * inner;
+  if (run == 0) return;
+  threads_.parallel_for(outer * run, kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end;) {
+      const std::int64_t o = i / run, within = i % run, n = std::min(run - within, end - i);
+      std::memcpy(out + static_cast<std::size_t>((o * dst_dim + dst_offset) * inner + within) * es,
+                  in + static_cast<std::size_t>((o * src_dim + src_offset) * inner + within) * es,
+                  static_cast<std::size_t>(n) * es);
+      i += n;
+    }
+  });
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) {

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "autograd/cpu/column_sums.h"
 #include "autograd/cpu/cpu_backend.h"
 #include "autograd/cpu/dispatch.h"
 #include "autograd/cpu/exp_floats.h"
@@ -140,24 +141,25 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
 }
 
 // LayerNorm's backward, or with mean and dbeta null RMSNorm's: the same row math with mean = 0
-// and mean(dxhat) = 0 (kernels/layernorm.h).
+// and mean(dxhat) = 0 (kernels/layernorm.h). One pass over blocks of rows: each row's dx, and its
+// terms of dgamma and dbeta added into its block's sums (blocked_column_sums).
 template <class T>
 void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const Tensor& x,
                              const T* gamma, const statistic_t<T>* mean, const statistic_t<T>* rstd,
                              Tensor& dx, T* dgamma, T* dbeta) {
   const bool centered = mean != nullptr;
   const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
-  // dx: each thread a range of rows.
-  threads.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
+  const std::int64_t width = dbeta ? 2 * h : h;  // dgamma's sums, then dbeta's
+  auto add_rows = [&](std::int64_t first, std::int64_t end, double* sums) {
     for (std::int64_t r = first; r < end; ++r) {
       const T* in = x.data<T>() + r * h;
       const T* gy = dy.data<T>() + r * h;
       const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
-      const kernels::LayerNormRowSums sums =
+      const kernels::LayerNormRowSums row =
           kernels::layernorm_backward_row_sums(gy, in, gamma, h, 0, 1, mu, inv);
       const double n = static_cast<double>(h);
-      const double mean_dxhat = centered ? sums.dxhat / n : 0.0;
-      const double mean_dxhat_xhat = sums.dxhat_xhat / n;
+      const double mean_dxhat = centered ? row.dxhat / n : 0.0;
+      const double mean_dxhat_xhat = row.dxhat_xhat / n;
       if constexpr (kernels::is_half_v<T>) {
         // kernels::layernorm_backward_row in f32, rounded once to T (as softmax_backward's row):
         // a loop the compiler vectorises; f32 roundings, far below an ulp of T but for
@@ -174,28 +176,22 @@ void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const T
         kernels::layernorm_backward_row(gy, in, gamma, dx.data<T>() + r * h, h, 0, 1, mu, inv,
                                         mean_dxhat, mean_dxhat_xhat);
       }
-    }
-  });
-  // dgamma (and dbeta): each thread a range of columns, summed over the rows in row order.
-  const std::int64_t column_grain = std::max<std::int64_t>(16, row_grain(rows));
-  threads.parallel_for(h, column_grain, [&](std::int64_t first, std::int64_t end) {
-    const auto width = static_cast<std::size_t>(end - first);
-    std::vector<double> dg(width, 0.0), db(dbeta ? width : 0, 0.0);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * h;
-      const T* gy = dy.data<T>() + r * h;
-      const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
-      for (std::int64_t j = first; j < end; ++j) {
-        const auto k = static_cast<std::size_t>(j - first);
-        kernels::layernorm_param_grad_add(dg[k], dbeta ? &db[k] : nullptr, gy[j], in[j], mu, inv);
+      double* dg = sums;
+      if (dbeta) {
+        double* db = sums + h;
+        for (std::int64_t j = 0; j < h; ++j)
+          kernels::layernorm_param_grad_add(dg[j], db[j], gy[j], in[j], mu, inv);
+      } else {
+        for (std::int64_t j = 0; j < h; ++j)
+          kernels::layernorm_param_grad_add(dg[j], nullptr, gy[j], in[j], mu, inv);
       }
     }
-    for (std::int64_t j = first; j < end; ++j) {
-      const auto k = static_cast<std::size_t>(j - first);
-      dgamma[j] = static_cast<T>(dg[k]);
-      if (dbeta) dbeta[j] = static_cast<T>(db[k]);
-    }
-  });
+  };
+  const std::vector<double> sums = cpu::blocked_column_sums(threads, rows, width, add_rows);
+  for (std::int64_t j = 0; j < h; ++j) {
+    dgamma[j] = static_cast<T>(sums[static_cast<std::size_t>(j)]);
+    if (dbeta) dbeta[j] = static_cast<T>(sums[static_cast<std::size_t>(h + j)]);
+  }
 }
 
 }  // namespace
@@ -204,22 +200,15 @@ void CpuBackend::sum_to_suffix(const Tensor& x, Tensor& out) {
   dispatch_floating(x.dtype(), "sum_to_suffix", [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
-    const std::int64_t n = x.numel(), m = out.numel();
-    T* o = out.data<T>();
-    // Each thread sums a range of columns over every row, in row order.
-    threads_.parallel_for(
-        m, std::max<std::int64_t>(64, (std::int64_t{1} << 15) * m / std::max<std::int64_t>(n, 1)),
-        [&](std::int64_t first, std::int64_t end) {
-          std::vector<double> acc(static_cast<std::size_t>(end - first), 0.0);
-          for (std::int64_t i = 0; i < n; i += m) {
-            for (std::int64_t j = first; j < end; ++j) {
-              acc[static_cast<std::size_t>(j - first)] += in[i + j];
-            }
-          }
-          for (std::int64_t j = first; j < end; ++j) {
-            o[j] = static_cast<T>(acc[static_cast<std::size_t>(j - first)]);
+    const std::int64_t m = out.numel(), rows = m ? x.numel() / m : 0;
+    const std::vector<double> sums = cpu::blocked_column_sums(
+        threads_, rows, m, [&](std::int64_t first, std::int64_t end, double* acc) {
+          for (std::int64_t r = first; r < end; ++r) {
+            for (std::int64_t j = 0; j < m; ++j) acc[j] += static_cast<double>(in[r * m + j]);
           }
         });
+    T* o = out.data<T>();
+    for (std::int64_t j = 0; j < m; ++j) o[j] = static_cast<T>(sums[static_cast<std::size_t>(j)]);
   });
 }
 

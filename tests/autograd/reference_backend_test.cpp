@@ -260,6 +260,19 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
         return NamedTensors{{"dim 1", dst}, {"dim 2", last}};
       },
       "copy_slice");
+  // Slices large enough for the CPU backend to share out between threads (2^15 elements a chunk
+  // at least): one long run (a split along the first dim), and runs that its chunks cut.
+  expect_match(
+      [](Backend& be, Context& ctx, DType dt) {
+        const Tensor src = test_input(ctx, {3, 50000}, dt, 1);
+        Tensor first = test_input(ctx, {2, 50000}, dt, 2);
+        be.copy_slice(src, 0, 1, first, 0, 2);
+        const Tensor wide = test_input(ctx, {6, 40, 1000}, dt, 3);
+        Tensor middle = test_input(ctx, {6, 32, 1000}, dt, 4);
+        be.copy_slice(wide, 1, 5, middle, 1, 30);
+        return NamedTensors{{"dim 0, one run", first}, {"dim 1, cut runs", middle}};
+      },
+      "copy_slice, shared out");
 }
 
 // A 2-byte product widens its operands into f32 scratch that the CPU backend keeps from one
