@@ -5,25 +5,18 @@
 # and apart, both from BM_LayerPaired, are above 1 (a step runs its GEMMs and more; apart adds
 # the copies' time to the GEMMs'), and that a KEEP folder already holding results is refused.
 #   bash bench/test_layer_table.sh BUILD_DIR
-set -euo pipefail
-build=$(cd "$1" && pwd)
-cd "$(dirname "$0")/.."
-kept=$(mktemp -d)
-trap 'rm -rf "$kept"' EXIT
-fail() {
-  echo "bench.layer_table: $*" >&2
-  exit 1
-}
+test_name=bench.layer_table
+source "$(dirname "$0")/testing.sh" "$1"
 run() {
   ROUNDS=1 REPS=1 MODELS=gpt DTYPES=f32 DROPOUTS=0.1 SHAPES=16,1,32,4 TORCH=${TORCH:-0} "$@"
 }
-run env KEEP="$kept/run" bash bench/layer_vs_torch.sh "$build" 1 >"$kept/first.txt" ||
+run env KEEP="$work/run" bash bench/layer_vs_torch.sh "$build" 1 >"$work/first.txt" ||
   fail "the run exited $?"
-cat "$kept/first.txt"
-bash bench/layer_vs_torch.sh --table "$kept/run" >"$kept/again.txt" || fail "--table exited $?"
-[[ $(tail -n 2 "$kept/first.txt") == "$(cat "$kept/again.txt")" ]] ||
-  fail "--table printed another table than the run: $(cat "$kept/again.txt")"
-row=$(grep -E '^gpt +0\.1 +f32 +16,1,32,4,4 ' "$kept/again.txt") || fail "no row for the cell"
+cat "$work/first.txt"
+bash bench/layer_vs_torch.sh --table "$work/run" >"$work/again.txt" || fail "--table exited $?"
+[[ $(tail -n 2 "$work/first.txt") == "$(cat "$work/again.txt")" ]] ||
+  fail "--table printed another table than the run: $(cat "$work/again.txt")"
+row=$(grep -E '^gpt +0\.1 +f32 +16,1,32,4,4 ' "$work/again.txt") || fail "no row for the cell"
 # model p dtype shape ours torch ratio gemm-only step/gemm traffic apart floor steps (without
 # PyTorch, "(no torch)" and no ratio: made two fields here)
 read -r -a f <<<"${row/(no torch)/no-torch -}"
@@ -31,8 +24,8 @@ read -r -a f <<<"${row/(no torch)/no-torch -}"
 step_over_gemm=${f[8]} apart=${f[10]} floor=${f[11]}
 awk -v a="$step_over_gemm" -v b="$apart" -v c="$floor" 'BEGIN { exit !(a > 1 && b > 1 && c > 0) }' ||
   fail "step/gemm $step_over_gemm and apart $apart should be above 1, floor $floor above 0: $row"
-if run env KEEP="$kept/run" bash bench/layer_vs_torch.sh "$build" 1 >/dev/null 2>"$kept/err.txt"; then
+if run env KEEP="$work/run" bash bench/layer_vs_torch.sh "$build" 1 >/dev/null 2>"$work/err.txt"; then
   fail "a KEEP folder holding results was not refused"
 fi
-grep -q "is not empty" "$kept/err.txt" || fail "the refusal does not say why: $(cat "$kept/err.txt")"
+grep -q "is not empty" "$work/err.txt" || fail "the refusal does not say why: $(cat "$work/err.txt")"
 echo "bench.layer_table: passed (step/gemm $step_over_gemm, apart $apart, floor $floor)"
