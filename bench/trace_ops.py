@@ -14,6 +14,7 @@ Exit 2 names a trace that cannot be read or that has no slices in the steps aske
 """
 import argparse
 import json
+import signal
 import statistics
 import sys
 from collections import defaultdict
@@ -58,6 +59,7 @@ def op_times(path, first, last):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", metavar="TRACE")
     parser.add_argument("--steps", type=parse_steps, default=(2, 11), metavar="FIRST:LAST")
