@@ -60,11 +60,15 @@ SS_HOST_DEVICE RopeSlot rope_slot(std::int64_t flat, const RopeGeometry& g) {
   return {rope_row_position(flat / g.d, g), j < half ? j : j - half, j >= half};
 }
 
-// angle = position theta_i, theta_i = base^(-2i/d).
+// theta_i = base^(-2i/d), the angle per position of pair i.
+SS_HOST_DEVICE double rope_theta(std::int64_t pair, std::int64_t d, double base) {
+  return std::pow(base, -2.0 * static_cast<double>(pair) / static_cast<double>(d));
+}
+
+// angle = position theta_i.
 SS_HOST_DEVICE double rope_angle(std::int64_t position, std::int64_t pair, std::int64_t d,
                                  double base) {
-  const double theta = std::pow(base, -2.0 * static_cast<double>(pair) / static_cast<double>(d));
-  return static_cast<double>(position) * theta;
+  return static_cast<double>(position) * rope_theta(pair, d, base);
 }
 
 // The pair (a, b) = (x[i], x[i + d/2]) rotated by the angle whose cosine and sine are c and s.
