@@ -63,9 +63,6 @@ void broadcast_runs(std::int64_t begin, std::int64_t end, std::int64_t nb, F&& f
   }
 }
 
-// Multiply-adds worth a thread in a GEMM piece, so that a piece outweighs waking a thread and
-// stays large enough for OpenBLAS's blocking.
-constexpr std::int64_t kGemmGrain = std::int64_t{1} << 20;
 // The fewest rows (or columns) of C in a piece of one product.
 constexpr std::int64_t kGemmMinCut = 64;
 
@@ -297,7 +294,7 @@ void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const vo
     };
     const std::int64_t work = std::max<std::int64_t>(g.m * g.n * std::max<std::int64_t>(g.k, 1), 1);
     if (g.batch > 1) {  // whole entries per thread
-      threads_.parallel_for(g.batch, std::max<std::int64_t>(kGemmGrain / work, 1),
+      threads_.parallel_for(g.batch, std::max<std::int64_t>(cpu::kGemmEntriesGrain / work, 1),
                             [&](std::int64_t begin, std::int64_t end) {
                               for (std::int64_t i = begin; i < end; ++i) product(i, 0, g.m, 0, g.n);
                             });
@@ -311,7 +308,7 @@ void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const vo
     const std::int64_t extent = by_rows ? g.m : g.n;
     const std::int64_t per_line =
         std::max<std::int64_t>(work / std::max<std::int64_t>(extent, 1), 1);
-    const std::int64_t grain = std::max({kGemmGrain / per_line, kGemmMinCut,
+    const std::int64_t grain = std::max({cpu::kGemmGrain / per_line, kGemmMinCut,
                                          (extent + threads_.threads() - 1) / threads_.threads()});
     threads_.parallel_for(extent, grain, [&](std::int64_t begin, std::int64_t end) {
       if (by_rows) {

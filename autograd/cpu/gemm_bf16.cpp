@@ -14,6 +14,7 @@
 #include "autograd/errors.h"
 #include "autograd/kernels/half.h"
 
+#include "autograd/cpu/grain.h"
 #include "autograd/cpu/x86_features.h"
 
 #ifdef SHARDSCOPE_X86
@@ -29,8 +30,6 @@ constexpr std::int64_t kNr = 32;  // columns of a tile (two registers of f32 lan
 constexpr std::int64_t kBlockPairs = kBf16BlockK / 2;
 // Rows of C whose sums are computed together (a multiple of kMr).
 constexpr std::int64_t kRowChunk = 128;
-// Multiply-adds worth a piece of rows (as kGemmGrain in cpu_backend.cpp).
-constexpr std::int64_t kGrain = std::int64_t{1} << 20;
 
 std::int64_t round_up(std::int64_t v, std::int64_t to) {
   return (v + to - 1) / to * to;
@@ -273,7 +272,7 @@ void gemm_bf16_dot(const GemmDesc& d, const std::uint16_t* a, const std::uint16_
       shared_b.resize(static_cast<std::size_t>(packed_b_size));
       pack_b(op_b, 0, d.k, d.n, pairs, 0, panels, shared_b.data());
     }
-    threads.parallel_for(d.batch, std::max<std::int64_t>(kGrain / work, 1),
+    threads.parallel_for(d.batch, std::max<std::int64_t>(kGemmEntriesGrain / work, 1),
                          [&](std::int64_t begin, std::int64_t end) {
                            std::vector<std::uint32_t> own_b(shared_b.empty() ? packed_b_size : 0);
                            for (std::int64_t e = begin; e < end; ++e) {
@@ -287,13 +286,13 @@ void gemm_bf16_dot(const GemmDesc& d, const std::uint16_t* a, const std::uint16_
   // One product: B packed once (its panels split over the threads), then pieces of whole tiles
   // of rows.
   std::vector<std::uint32_t> packed_b(static_cast<std::size_t>(packed_b_size));
-  threads.parallel_for(panels, std::max<std::int64_t>(kGrain / (pairs * kNr * 64), 1),
+  threads.parallel_for(panels, std::max<std::int64_t>(kGemmGrain / (pairs * kNr * 64), 1),
                        [&](std::int64_t begin, std::int64_t end) {
                          pack_b(op_b, 0, d.k, d.n, pairs, begin, end, packed_b.data());
                        });
   const std::int64_t tiles = round_up(d.m, kMr) / kMr;
   const std::int64_t tile_work = std::max<std::int64_t>(work / tiles, 1);
-  threads.parallel_for(tiles, std::max<std::int64_t>(kGrain / tile_work, 1),
+  threads.parallel_for(tiles, std::max<std::int64_t>(kGemmGrain / tile_work, 1),
                        [&](std::int64_t begin, std::int64_t end) {
                          entry(0, packed_b.data(), begin * kMr, std::min(end * kMr, d.m));
                        });

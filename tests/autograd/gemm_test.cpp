@@ -162,6 +162,20 @@ TEST(GemmBackend, BatchedWithSharedOperand) {
   }
 }
 
+// Many small entries, as attention's causal pieces: the CPU backend shares the entries out among
+// its threads (cpu::kGemmEntriesGrain multiply-adds a thread at least: 64 entries of 24 x 20 x 28
+// make several shares), each entry one product on whichever thread takes it.
+TEST(GemmBackend, BatchOfSmallEntriesSharedOut) {
+  for (bool ta : kFlags) {
+    GemmDesc d = GemmDesc::packed(24, 20, 28, ta, true);
+    d.batch = 64;
+    d.ldc += 3;
+    d.stride_c = d.m * d.ldc + 5;
+    d.beta = 0.25;
+    expect_backend_matches_reference(d);
+  }
+}
+
 TEST(GemmBackend, EmptyInnerDimScalesC) {
   GemmDesc d = GemmDesc::packed(2, 3, 0);
   d.lda = 1;  // a [2, 0] still needs a stride of at least 1
