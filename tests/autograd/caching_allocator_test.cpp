@@ -186,6 +186,19 @@ TEST(CpuBlockCache, ALargeBlockComesBackZeroed) {
   void* small = cpu.allocate(CpuBackend::kCachedBlockBytes - 1);
   cpu.deallocate(small, CpuBackend::kCachedBlockBytes - 1);
   EXPECT_EQ(cpu.cache_stats().raw_allocations, 1u);
+
+  // A block large enough to be zeroed by several threads (an odd size: the last share is short).
+  CpuBackend other;
+  const std::size_t large = (std::size_t{1} << 20) + 13;
+  auto* block = static_cast<unsigned char*>(other.allocate(large));
+  std::memset(block, 0xcd, large);
+  other.deallocate(block, large);
+  auto* reused = static_cast<unsigned char*>(other.allocate(large));
+  EXPECT_EQ(reused, block) << "the freed block of " << large << " bytes was not reused";
+  nonzero = 0;
+  for (std::size_t i = 0; i < large; ++i) nonzero += reused[i] != 0;
+  EXPECT_EQ(nonzero, 0u) << "bytes of a reused block of " << large << " not zeroed";
+  other.deallocate(reused, large);
 }
 
 // A training step's blocks at the labs' smallest shapes (64 KiB to 1 MiB) come from the cache in
