@@ -25,6 +25,11 @@ struct DropoutSpec {
   std::uint32_t step = 0;
   Shape global_shape;                // the full tensor's shape; empty means the local shape
   std::vector<std::int64_t> offset;  // the local tensor's start in each global dim; empty: zeros
+  // x is causal attention's probabilities [.., s_q, s_k] (softmax(x, true): 0 after each row's
+  // visible keys, kernels::softmax_visible). Those elements are dropped without drawing their
+  // bits (mask 0, y 0), as the products after them never read them (causal_matmul); the others
+  // draw what they draw without it. Needs each [s_q, s_k] matrix whole in the shard.
+  bool causal = false;
 };
 
 class Backend {

@@ -16,6 +16,7 @@
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/philox.h"
 #include "autograd/kernels/rope.h"
+#include "autograd/kernels/softmax.h"
 #include "autograd/kernels/swiglu.h"
 
 namespace shardscope {
@@ -281,40 +282,96 @@ void CpuBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tenso
     const C keep_scale = static_cast<C>(1.0 / (1.0 - spec.p));
     if (pieces == 0) return;
     const std::uint32_t threshold = kernels::dropout_keep_threshold(spec.p);
-    auto run_pieces = [&](std::int64_t first, std::int64_t end) {
-      // kernels::dropout_keep, with each Philox call's four words used for the four elements
-      // that share its counter (global indices 4c .. 4c + 3) instead of drawn once per element,
-      // and a piece's calls made together (cpu::philox_words: 16 side by side on AVX-512, 8 on
-      // AVX2).
-      std::vector<std::uint32_t> words;
-      for (std::int64_t k = first; k < end; ++k) {
-        const std::int64_t within = (k % pieces_per_run) * piece;
-        const std::int64_t start = k / pieces_per_run * run + within;  // local linear index
-        const std::int64_t length = std::min(piece, run - within);
-        // Global linear index of the piece's first element.
-        const auto base = static_cast<std::uint64_t>(
-            origin + kernels::strided_index(start, r, local.dims().data(), gstride.data()));
-        const std::uint64_t first_block = base >> 2;
-        const std::uint64_t blocks =
-            ((base + static_cast<std::uint64_t>(length) - 1) >> 2) - first_block + 1;
-        words.resize(4 * blocks);
-        cpu::philox_words(first_block, blocks, spec.stream, spec.step, spec.seed, words.data());
-        // Locals, not the captures: a store through the u8 mask may alias anything, so the
-        // compiler would reload every captured pointer after each one.
-        const std::uint32_t* bits = words.data() + (base & 3u);  // element j's word: bits[j]
-        const T* piece_in = in + start;
-        T* piece_out = out + start;
-        std::uint8_t* piece_mask = m + start;
-        const C scale = keep_scale;
-        const std::uint32_t limit = threshold;
-        for (std::int64_t j = 0; j < length; ++j) {
-          const bool keep = (bits[j] >> 8) >= limit;
-          piece_mask[j] = keep ? 1 : 0;
-          piece_out[j] = static_cast<T>(dropout_select(static_cast<C>(piece_in[j]), keep, scale));
-        }
+    // kernels::dropout_keep, with each Philox call's four words used for the four elements that
+    // share its counter (global indices 4c .. 4c + 3) instead of drawn once per element, and the
+    // calls made together (cpu::philox_words: 16 side by side on AVX-512, 8 on AVX2).
+    auto global_index = [&](std::int64_t start) {
+      return static_cast<std::uint64_t>(
+          origin + kernels::strided_index(start, r, local.dims().data(), gstride.data()));
+    };
+    // Philox blocks holding the words of `elements` elements from global index base on.
+    auto blocks_for = [](std::uint64_t base, std::int64_t elements) -> std::uint64_t {
+      if (elements <= 0) return 0;
+      return ((base + static_cast<std::uint64_t>(elements) - 1) >> 2) - (base >> 2) + 1;
+    };
+    // Elements start .. start + length: the first `visible` are kept or dropped by their words
+    // (bits[j]), the rest dropped (DropoutSpec::causal; else all are visible). One loop over all
+    // of them (bits[j] past `visible` is read but not used: any word there), which vectorises
+    // where a loop to `visible` and a fill after it cost two calls and a tail a row.
+    auto apply = [&](std::int64_t start, std::int64_t length, std::int64_t visible,
+                     const std::uint32_t* bits) {
+      // Locals, not the captures: a store through the u8 mask may alias anything, so the
+      // compiler would reload every captured pointer after each one.
+      const T* piece_in = in + start;
+      T* piece_out = out + start;
+      std::uint8_t* piece_mask = m + start;
+      const C scale = keep_scale;
+      const std::uint32_t limit = threshold;
+      for (std::int64_t j = 0; j < length; ++j) {
+        const bool keep = (j < visible) & ((bits[j] >> 8) >= limit);
+        piece_mask[j] = keep ? 1 : 0;
+        piece_out[j] = static_cast<T>(dropout_select(static_cast<C>(piece_in[j]), keep, scale));
       }
     };
-    threads_.parallel_for(pieces, std::max<std::int64_t>(kCostlyGrain / piece, 1), run_pieces);
+    if (spec.causal) {
+      // Row by row, the visible keys drawn and the rest dropped without drawing. The blocks of
+      // kRows rows' visible keys are listed and drawn together (philox_words_listed): drawn row by
+      // row, a short row's few blocks cost twice what they cost in a long run.
+      constexpr std::int64_t kRows = 16;
+      const std::int64_t keys = local.dim(-1), queries = local.dim(-2);
+      // A row's visible keys span at most blocks_for(3, keys) blocks, whatever its base.
+      const auto most = static_cast<std::size_t>(kRows) * blocks_for(3, keys);
+      threads_.parallel_for(x.numel() / keys, std::max<std::int64_t>(kCostlyGrain / keys, 1),
+                            [&](std::int64_t first, std::int64_t end) {
+                              std::vector<std::uint64_t> blocks(most);
+                              std::vector<std::uint32_t> words(4 * most);
+                              std::uint64_t bases[kRows];
+                              std::int64_t visible[kRows];
+                              std::size_t listed_at[kRows];
+                              std::uint64_t base = global_index(first * keys);
+                              for (std::int64_t row0 = first; row0 < end; row0 += kRows) {
+                                const std::int64_t rows = std::min(kRows, end - row0);
+                                std::size_t listed = 0;
+                                for (std::int64_t i = 0; i < rows; ++i) {
+                                  const std::int64_t start = (row0 + i) * keys;
+                                  // Rows of one run have consecutive global indices.
+                                  if (row0 + i > first)
+                                    base = start % run == 0 ? global_index(start) : base + keys;
+                                  bases[i] = base;
+                                  visible[i] = std::clamp<std::int64_t>(
+                                      kernels::softmax_visible(row0 + i, queries, keys, true), 0,
+                                      keys);
+                                  listed_at[i] = listed;
+                                  const std::uint64_t count = blocks_for(base, visible[i]);
+                                  std::uint64_t* list = blocks.data() + listed;
+                                  for (std::uint64_t c = 0; c < count; ++c)
+                                    list[c] = (base >> 2) + c;
+                                  listed += count;
+                                }
+                                cpu::philox_words_listed(blocks.data(), listed, spec.stream,
+                                                         spec.step, spec.seed, words.data());
+                                for (std::int64_t i = 0; i < rows; ++i) {
+                                  apply((row0 + i) * keys, keys, visible[i],
+                                        words.data() + 4 * listed_at[i] + (bases[i] & 3u));
+                                }
+                              }
+                            });
+      return;
+    }
+    threads_.parallel_for(
+        pieces, std::max<std::int64_t>(kCostlyGrain / piece, 1),
+        [&](std::int64_t first, std::int64_t end) {
+          std::vector<std::uint32_t> words;
+          for (std::int64_t k = first; k < end; ++k) {
+            const std::int64_t within = (k % pieces_per_run) * piece;
+            const std::int64_t start = k / pieces_per_run * run + within;
+            const std::int64_t length = std::min(piece, run - within);
+            const std::uint64_t base = global_index(start), blocks = blocks_for(base, length);
+            words.resize(4 * blocks);
+            cpu::philox_words(base >> 2, blocks, spec.stream, spec.step, spec.seed, words.data());
+            apply(start, length, length, words.data() + (base & 3u));
+          }
+        });
   });
 }
 

@@ -80,20 +80,12 @@ __attribute__((target("avx2"))) void mul_wide8(__m256i v, __m256i m, __m256i& lo
   hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-// philox16 on 8 counters in AVX2 registers, lane c holding block first_block + c.
-__attribute__((target("avx2"))) void philox8(std::uint64_t first_block, std::uint32_t stream,
-                                             std::uint32_t step, std::uint64_t seed,
-                                             std::uint32_t* words) {
-  const auto low = static_cast<std::uint32_t>(first_block);
-  const auto high = static_cast<std::uint32_t>(first_block >> 32);
-  const __m256i low_v = _mm256_set1_epi32(static_cast<int>(low));
-  __m256i c0 = _mm256_add_epi32(low_v, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));  // wrapping
-  // The carry into the high word: lanes where c0 < low unsigned (signed compare, signs flipped)
-  // hold -1, which subtracted adds 1.
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256i carry =
-      _mm256_cmpgt_epi32(_mm256_xor_si256(low_v, sign), _mm256_xor_si256(c0, sign));
-  __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(high)), carry);
+// philox16 on 8 counters in AVX2 registers, lane c holding the block whose low word is lane c of
+// c0 and high word lane c of c1.
+__attribute__((target("avx2"))) inline void philox8_blocks(__m256i c0, __m256i c1,
+                                                           std::uint32_t stream, std::uint32_t step,
+                                                           std::uint64_t seed,
+                                                           std::uint32_t* words) {
   __m256i c2 = _mm256_set1_epi32(static_cast<int>(stream));
   __m256i c3 = _mm256_set1_epi32(static_cast<int>(step));
   auto key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32);
@@ -123,6 +115,38 @@ __attribute__((target("avx2"))) void philox8(std::uint64_t first_block, std::uin
   _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(b26, b37, 0x20));
   _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(b04, b15, 0x31));
   _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(b26, b37, 0x31));
+}
+// philox8_blocks on blocks first_block + c, c in [0, 8).
+__attribute__((target("avx2"))) void philox8(std::uint64_t first_block, std::uint32_t stream,
+                                             std::uint32_t step, std::uint64_t seed,
+                                             std::uint32_t* words) {
+  const auto low = static_cast<std::uint32_t>(first_block);
+  const auto high = static_cast<std::uint32_t>(first_block >> 32);
+  const __m256i low_v = _mm256_set1_epi32(static_cast<int>(low));
+  const __m256i c0 = _mm256_add_epi32(low_v, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));  // wraps
+  // The carry into the high word: lanes where c0 < low unsigned (signed compare, signs flipped)
+  // hold -1, which subtracted adds 1.
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i carry =
+      _mm256_cmpgt_epi32(_mm256_xor_si256(low_v, sign), _mm256_xor_si256(c0, sign));
+  philox8_blocks(c0, _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(high)), carry), stream,
+                 step, seed, words);
+}
+// philox8_blocks on the 8 blocks listed at `blocks`, one after another in a loop over the list:
+// the calls are independent, so the CPU overlaps their rounds.
+__attribute__((target("avx2"))) void philox8_listed(const std::uint64_t* blocks, std::size_t count,
+                                                    std::uint32_t stream, std::uint32_t step,
+                                                    std::uint64_t seed, std::uint32_t* words) {
+  for (std::size_t i = 0; i + 8 <= count; i += 8) {
+    alignas(32) std::uint32_t low[8], high[8];
+    for (int c = 0; c < 8; ++c) {
+      low[c] = static_cast<std::uint32_t>(blocks[i + static_cast<std::size_t>(c)]);
+      high[c] = static_cast<std::uint32_t>(blocks[i + static_cast<std::size_t>(c)] >> 32);
+    }
+    philox8_blocks(_mm256_load_si256(reinterpret_cast<const __m256i*>(low)),
+                   _mm256_load_si256(reinterpret_cast<const __m256i*>(high)), stream, step, seed,
+                   words + 4 * i);
+  }
 }
 #endif
 
@@ -177,6 +201,18 @@ void philox_words_lanes(int lanes, std::uint64_t first_block, std::uint64_t bloc
 void philox_words(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
                   std::uint32_t step, std::uint64_t seed, std::uint32_t* words) {
   philox_words_lanes(philox_lanes(), first_block, blocks, stream, step, seed, words);
+}
+
+void philox_words_listed(const std::uint64_t* blocks, std::size_t count, std::uint32_t stream,
+                         std::uint32_t step, std::uint64_t seed, std::uint32_t* words) {
+  std::size_t i = 0;
+#ifdef SHARDSCOPE_X86
+  if (philox_lanes() >= 8) {
+    philox8_listed(blocks, count, stream, step, seed, words);
+    i = count / 8 * 8;
+  }
+#endif
+  for (; i < count; ++i) philox_words_scalar(blocks[i], 1, stream, step, seed, words + 4 * i);
 }
 
 }  // namespace shardscope::cpu

@@ -4,6 +4,7 @@
 // and xors, so the vector forms are exact), block by block otherwise.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace shardscope::cpu {
@@ -13,6 +14,12 @@ namespace shardscope::cpu {
 // seed, as kernels::philox_bits draws them.
 void philox_words(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
                   std::uint32_t step, std::uint64_t seed, std::uint32_t* words);
+
+// words[4 i + w] = word w of the Philox block blocks[i], for i in [0, count): 8 blocks side by
+// side where philox_lanes() is 8 or more (AVX2), so that blocks that are not consecutive (the
+// visible keys of causal rows) cost what consecutive ones do.
+void philox_words_listed(const std::uint64_t* blocks, std::size_t count, std::uint32_t stream,
+                         std::uint32_t step, std::uint64_t seed, std::uint32_t* words);
 
 // How many blocks philox_words computes side by side on this CPU: 16 (AVX512F), 8 (AVX2) or 1;
 // the environment variable SHARDSCOPE_CPU_PHILOX set to "scalar" makes it 1, to "avx2" at most 8

@@ -494,7 +494,8 @@ void CudaBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tens
     k::dropout_forward<T><<<grid_for(contiguous ? (n + 3) / 4 : n), kThreads, 0, stream_>>>(
         x.data<T>(), mask.data<std::uint8_t>(), y.data<T>(), n, map, origin, contiguous, spec.seed,
         spec.stream, spec.step, kernels::dropout_keep_threshold(spec.p),
-        static_cast<T>(1.0 / (1.0 - spec.p)));
+        static_cast<T>(1.0 / (1.0 - spec.p)), spec.causal ? local.dim(-2) : 0,
+        spec.causal ? local.dim(-1) : 0);
   });
   SS_CUDA_CHECK_LAUNCH("dropout_forward");
 }

@@ -171,9 +171,19 @@ template <class T>
 __global__ void dropout_forward(const T* x, std::uint8_t* mask, T* y, std::int64_t n,
                                 IndexMap local_to_global, std::int64_t origin, bool contiguous,
                                 std::uint64_t seed, std::uint32_t stream, std::uint32_t step,
-                                std::uint32_t threshold, T keep_scale) {
+                                std::uint32_t threshold, T keep_scale, std::int64_t causal_queries,
+                                std::int64_t causal_keys) {
+  // DropoutSpec::causal (causal_keys > 0): elements after their row's visible keys are dropped.
+  auto hidden = [=](std::int64_t i) {
+    return causal_keys > 0 && kernels::causal_hidden(i, causal_queries, causal_keys);
+  };
   if (!contiguous) {
     SS_GRID_STRIDE(i, n) {
+      if (hidden(i)) {
+        mask[i] = 0;
+        y[i] = T(0);
+        continue;
+      }
       const auto global = static_cast<std::uint64_t>(origin + mapped_index(i, local_to_global));
       const bool keep =
           kernels::dropout_keeps(kernels::philox_bits(seed, stream, step, global), threshold);
@@ -202,7 +212,7 @@ __global__ void dropout_forward(const T* x, std::uint8_t* mask, T* y, std::int64
       }
       const std::int64_t i = base + 32 * k + lane;
       if (i < n) {
-        const bool keep = kernels::dropout_keeps(bits, threshold);
+        const bool keep = !hidden(i) && kernels::dropout_keeps(bits, threshold);
         mask[i] = keep ? 1 : 0;
         y[i] = kernels::dropout_apply(x[i], keep, keep_scale);
       }

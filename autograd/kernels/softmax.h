@@ -21,6 +21,12 @@ SS_HOST_DEVICE std::int64_t softmax_visible(std::int64_t row, std::int64_t s_q, 
   return causal ? (row % s_q) + (s_k - s_q) + 1 : s_k;
 }
 
+// Whether element i (row-major) of causal probabilities [.., s_q, s_k] lies after its row's
+// visible keys: dropped without drawing (DropoutSpec::causal).
+SS_HOST_DEVICE bool causal_hidden(std::int64_t i, std::int64_t s_q, std::int64_t s_k) {
+  return i % s_k >= softmax_visible(i / s_k, s_q, s_k, true);
+}
+
 // std::max(a, b), also on the device.
 SS_HOST_DEVICE double max_of(double a, double b) {
   return a < b ? b : a;

@@ -197,6 +197,12 @@ Tensor dropout(const Tensor& x, const DropoutSpec& spec) {
                        " does not fit in the global shape " + global.str());
     }
   }
+  if (spec.causal && (x.rank() < 2 || x.dim(-1) != global.dim(-1) || x.dim(-2) != global.dim(-2))) {
+    throw ShapeError(r.where() +
+                     ": DropoutSpec::causal needs each [s_q, s_k] matrix whole, given "
+                     "the shard " +
+                     x.describe() + " of the global shape " + global.str());
+  }
   if (spec.p == 0.0) {
     // The identity: the output shares the input's storage and nothing is saved.
     Tensor y = x.detach();

@@ -323,6 +323,8 @@ void reference::philox4x32_10(const std::uint32_t counter[4], std::uint64_t key,
 // spec.offset) draws word g mod 4 of Philox(counter = (g / 4 low, g / 4 high, stream, step),
 // key = seed); u = (word >> 8) / 2^24 in [0, 1). It is kept when u >= p:
 //   mask[i] = keep,  y[i] = keep ? x[i] / (1 - p) : 0
+// Causal (x [.., S_q, S_k] whole): key j of query i is dropped, without drawing, when
+// j > i + S_k - S_q (softmax_forward's masked keys).
 void ReferenceBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec, Tensor& mask,
                                        Tensor& y) {
   const Shape global = spec.global_shape.rank() ? spec.global_shape : x.shape();
@@ -331,6 +333,15 @@ void ReferenceBackend::dropout_forward(const Tensor& x, const DropoutSpec& spec,
     using T = decltype(tag);
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const std::vector<std::int64_t> index = unravel(i, x.shape());
+      if (spec.causal) {
+        const std::int64_t sq = x.dim(-2), sk = x.dim(-1);
+        const std::int64_t query = index[index.size() - 2], key = index.back();
+        if (key > query + sk - sq) {
+          mask.data<std::uint8_t>()[i] = 0;
+          y.data<T>()[i] = T(0);
+          continue;
+        }
+      }
       std::uint64_t g = 0;
       for (std::size_t d = 0; d < index.size(); ++d) {
         const std::int64_t start = spec.offset.empty() ? 0 : spec.offset[d];

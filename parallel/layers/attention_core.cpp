@@ -48,7 +48,7 @@ HeadTensors rotary(const LayerConfig& config, const HeadTensors& qkv, int seq_di
 }
 
 Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor& x, int site,
-                     const Shape& global, std::vector<std::int64_t> offset) {
+                     const Shape& global, std::vector<std::int64_t> offset, bool causal) {
   ScopeGuard guard(x.ctx(), scope);
   DropoutSpec spec;
   spec.p = config.dropout;
@@ -57,16 +57,18 @@ Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor&
   spec.step = static_cast<std::uint32_t>(x.ctx().step());
   spec.global_shape = global;
   spec.offset = std::move(offset);
+  spec.causal = causal;
   return dropout(x, spec);
 }
 
 Tensor layer_dropout(const LayerConfig& config, const decl::ModuleDecl& module, const Tensor& x,
-                     const Shape& global, std::vector<std::int64_t> offset) {
+                     const Shape& global, std::vector<std::int64_t> offset, bool causal) {
   if (module.dropout_site < 0) {
     throw ArgumentError(std::string("layer_dropout: module ") + module.scope +
                         " declares no dropout site (it is not a dropout)");
   }
-  return layer_dropout(config, module.scope, x, module.dropout_site, global, std::move(offset));
+  return layer_dropout(config, module.scope, x, module.dropout_site, global, std::move(offset),
+                       causal);
 }
 
 namespace {
@@ -125,8 +127,11 @@ Tensor core(const LayerConfig& config, const HeadTensors& qkv, std::int64_t firs
     }
   }
   const Shape& local = probs.shape();
+  // Under causal products the probabilities after each row's visible keys are dropped without
+  // drawing: causal_matmul never reads them.
   probs = layer_dropout(config, m.attn_dropout, probs,
-                        Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0});
+                        Shape{local[0], config.heads, local[2], local[3]}, {0, first_head, 0, 0},
+                        causal);
   ScopeGuard scope(ctx, m.context.scope);
   if (r == 1) return product(probs, qkv.v, false, 1.0);
   const Tensor grouped =

@@ -51,11 +51,14 @@ Tensor norm_op(const decl::ModuleDecl& norm, const Tensor& x, const Tensor& w, c
 Tensor mlp_activation(const decl::ModuleDecl& act, const Tensor& h);
 
 // The dropout of `site` for a tensor that is the slice at `offset` of a `global` tensor (empty
-// offset and shape: the tensor is whole). Scope `scope`.
+// offset and shape: the tensor is whole). Scope `scope`. `causal`: x is causal attention's
+// probabilities, whose masked keys are dropped without drawing (DropoutSpec::causal).
 Tensor layer_dropout(const LayerConfig& config, const char* scope, const Tensor& x, int site,
-                     const Shape& global = Shape(), std::vector<std::int64_t> offset = {});
+                     const Shape& global = Shape(), std::vector<std::int64_t> offset = {},
+                     bool causal = false);
 // The same for a declared dropout module: its scope and its site (ModuleDecl::dropout_site).
 Tensor layer_dropout(const LayerConfig& config, const decl::ModuleDecl& module, const Tensor& x,
-                     const Shape& global = Shape(), std::vector<std::int64_t> offset = {});
+                     const Shape& global = Shape(), std::vector<std::int64_t> offset = {},
+                     bool causal = false);
 
 }  // namespace shardscope

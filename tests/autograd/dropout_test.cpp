@@ -147,6 +147,50 @@ TEST_F(Dropout, ProbabilityOutsideZeroToOneThrows) {
   }
 }
 
+// Causal probabilities [.., s_q, s_k]: the keys after each query's visible ones are dropped (their
+// mask and output 0); every other element keeps what dropout without `causal` gives it, bit for
+// bit. Square and with more keys than queries (queries aligned to the end of the keys).
+TEST_F(Dropout, CausalDropsTheMaskedKeysAndKeepsTheOthersBits) {
+  for (const Shape& shape : {Shape{2, 3, 16, 16}, Shape{3, 6, 10}}) {
+    SCOPED_TRACE(shape.str());
+    const Tensor ones = Tensor::full(ctx, shape, 1.0, DType::f64);
+    DropoutSpec causal = make_spec(0.3);
+    causal.causal = true;
+    const std::vector<double> got = dropout(ones, causal).to_vector();
+    const std::vector<double> plain = dropout(ones, make_spec(0.3)).to_vector();
+    const std::int64_t sq = shape.dim(-2), sk = shape.dim(-1);
+    std::int64_t visible_kept = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const auto e = static_cast<std::int64_t>(i);
+      const std::int64_t query = e / sk % sq, key = e % sk;
+      if (key > query + sk - sq) {
+        EXPECT_EQ(got[i], 0.0) << "element " << i << " (query " << query << ", key " << key
+                               << ") is after the query's keys";
+      } else {
+        EXPECT_EQ(got[i], plain[i])
+            << "element " << i << " (query " << query << ", key " << key << ")";
+        visible_kept += got[i] != 0.0;
+      }
+    }
+    EXPECT_GT(visible_kept, 0);
+  }
+}
+
+TEST_F(Dropout, CausalNeedsEachMatrixWholeInTheShard) {
+  DropoutSpec spec = make_spec(0.4);
+  spec.causal = true;
+  spec.global_shape = Shape{8, 3, 32};
+  spec.offset = {0, 0, 16};  // half of each row's keys
+  std::string msg = testing::message_of<ShapeError>([&] { dropout(x, spec); });
+  EXPECT_THAT(msg, HasSubstr("DropoutSpec::causal"));
+  EXPECT_THAT(msg, HasSubstr("[8, 3, 32]"));
+  DropoutSpec flat = make_spec(0.4);
+  flat.causal = true;
+  msg = testing::message_of<ShapeError>(
+      [&] { dropout(Tensor::full(ctx, {16}, 1.0, DType::f64), flat); });
+  EXPECT_THAT(msg, HasSubstr("DropoutSpec::causal"));
+}
+
 TEST_F(Dropout, ShardOutsideTheGlobalShapeThrows) {
   DropoutSpec spec = make_spec(0.4);
   spec.global_shape = global;

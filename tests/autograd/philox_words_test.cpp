@@ -71,6 +71,38 @@ TEST(PhiloxWords, EightBlocksAtOnceGiveTheScalarBits) {
   expect_lanes_give_the_scalar_bits(8);
 }
 
+// Listed blocks (causal dropout's visible keys, row after row): runs with gaps between them, a
+// block listed twice, blocks across the carry into the high word and near 2^62; every count from
+// 0 to past three groups of 8, so that the vector path (where this CPU has AVX2) and the scalar
+// tail both run, each block's words where the list puts them.
+TEST(PhiloxWords, ListedBlocksGiveEachBlocksScalarBits) {
+  std::vector<std::uint64_t> listed;
+  for (std::uint64_t b = 3; b < 9; ++b) listed.push_back(b);
+  for (std::uint64_t b = 40; b < 43; ++b) listed.push_back(b);
+  listed.push_back(41);
+  for (std::uint64_t b = (std::uint64_t{1} << 32) - 5; b < (std::uint64_t{1} << 32) + 6; ++b) {
+    listed.push_back(b);
+  }
+  listed.push_back((std::uint64_t{1} << 62) - 1);
+  listed.push_back(0);
+  listed.push_back(17);
+  listed.push_back(5);
+  ASSERT_GT(listed.size(), 24u);
+  for (std::size_t count = 0; count <= listed.size(); ++count) {
+    std::vector<std::uint32_t> words(4 * count + 1, 0xdeadbeefu);
+    cpu::philox_words_listed(listed.data(), count, kStream, kStep, kSeed, words.data());
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t plain[4];
+      cpu::philox_words_scalar(listed[i], 1, kStream, kStep, kSeed, plain);
+      for (std::size_t w = 0; w < 4; ++w) {
+        ASSERT_EQ(words[4 * i + w], plain[w])
+            << count << " listed: entry " << i << " (block " << listed[i] << "), word " << w;
+      }
+    }
+    EXPECT_EQ(words[4 * count], 0xdeadbeefu) << count << " listed: a word written past them";
+  }
+}
+
 TEST(PhiloxWords, TheCpusWidestPathIsTheDefaultAndOthersAreRefused) {
   const int lanes = cpu::philox_lanes();
   const int widest = cpu::cpu_has_avx512f() ? 16 : cpu::cpu_has_avx2() ? 8 : 1;

@@ -204,7 +204,8 @@ TEST_P(CpuVsReference, RopeForwardAndInverse) {
 }
 
 // Dropout on a shard of a global tensor (or the whole one); the masks must be equal bit for bit.
-OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p) {
+OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p,
+                    bool causal = false) {
   return [=](Backend& be, Context& ctx, DType dt) {
     const Tensor x = test_input(ctx, local, dt, 1), dy = test_input(ctx, local, dt, 2);
     DropoutSpec spec;
@@ -214,6 +215,7 @@ OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset,
     spec.step = 3;
     spec.global_shape = global;
     spec.offset = offset;
+    spec.causal = causal;
     Tensor mask = Tensor::zeros(ctx, local, DType::u8);
     Tensor y = Tensor::empty(ctx, local, dt), dx = Tensor::empty(ctx, local, dt);
     be.dropout_forward(x, spec, mask, y);
@@ -230,6 +232,15 @@ TEST_P(CpuVsReference, DropoutDrawsTheSameMask) {
   // Runs of consecutive global indices longer than the CPU's pieces (4096): 2 runs of 9000.
   expect_match(dropout_case({2, 3, 3000}, {2, 6, 3000}, {0, 3, 0}, 0.2),
                "dropout shard, long runs");
+  // Causal probabilities: the keys after each query's are dropped without drawing. Square
+  // matrices; more keys than queries (the queries aligned to the end of the keys); fewer (the
+  // first queries see none); a shard of the heads; rows longer than the CPU's pieces.
+  expect_match(dropout_case({2, 3, 9, 9}, {}, {}, 0.3, true), "causal dropout [2, 3, 9, 9]");
+  expect_match(dropout_case({2, 5, 12}, {}, {}, 0.5, true), "causal dropout [2, 5, 12]");
+  expect_match(dropout_case({3, 7, 4}, {}, {}, 0.2, true), "causal dropout [3, 7, 4]");
+  expect_match(dropout_case({2, 2, 9, 9}, {2, 4, 9, 9}, {0, 1, 0, 0}, 0.4, true),
+               "causal dropout, a shard of the heads");
+  expect_match(dropout_case({3, 5000}, {}, {}, 0.1, true), "causal dropout [3, 5000]");
 }
 
 TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {

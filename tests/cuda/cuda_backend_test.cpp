@@ -169,6 +169,27 @@ TEST_P(CudaVsCpu, DropoutDrawsTheSameMaskOverAContiguousShard) {
   }
 }
 
+// Causal probabilities (DropoutSpec::causal): whole, through the warp-tile path, and a shard of
+// the heads (rows 1.. of 3: origin 162, not a multiple of 4), through the per-element path.
+TEST_P(CudaVsCpu, CausalDropoutDropsWhatTheCpuDrops) {
+  for (std::int64_t first_head : {0, 1}) {
+    compare(
+        [first_head](Context& ctx, DType dt) {
+          const Tensor x = leaf(ctx, {2, first_head == 0 ? 3 : 2, 9, 18}, 1, dt);
+          DropoutSpec spec;
+          spec.p = 0.3;
+          spec.seed = 5;
+          spec.stream = dropout_stream(0, 1);
+          spec.step = 4;
+          spec.global_shape = Shape{2, 3, 9, 18};
+          spec.offset = {0, first_head, 0, 0};
+          spec.causal = true;
+          return with_grads(ctx, dropout(x, spec), {x});
+        },
+        "causal dropout, heads " + std::to_string(first_head) + "..");
+  }
+}
+
 TEST_P(CudaVsCpu, LayerNormForwardAndBackward) {
   for (std::int64_t h : {1, 7, 300, 1000}) {
     compare(
