@@ -15,9 +15,9 @@ namespace shardscope::cpu {
 void philox_words(std::uint64_t first_block, std::uint64_t blocks, std::uint32_t stream,
                   std::uint32_t step, std::uint64_t seed, std::uint32_t* words);
 
-// words[4 i + w] = word w of the Philox block blocks[i], for i in [0, count): 8 blocks side by
-// side where philox_lanes() is 8 or more (AVX2), so that blocks that are not consecutive (the
-// visible keys of causal rows) cost what consecutive ones do.
+// words[4 i + w] = word w of the Philox block blocks[i], for i in [0, count): 8 listed blocks side
+// by side where philox_lanes() is 8 or more (AVX2), however short each run of consecutive blocks
+// in the list (the visible keys of causal rows: a few blocks a row).
 void philox_words_listed(const std::uint64_t* blocks, std::size_t count, std::uint32_t stream,
                          std::uint32_t step, std::uint64_t seed, std::uint32_t* words);
 
