@@ -44,4 +44,28 @@ std::vector<double> blocked_column_sums(RowThreads& threads, std::int64_t rows, 
   return sums;
 }
 
+// sum term(i) over i < n in double: kSumLanes interleaved lanes as the columns of
+// blocked_column_sums (so its blocks, threads and bits), then the lanes in order, then the last
+// n mod kSumLanes terms. A whole tensor's sum (sum_all, the MSE loss) shared out, where one chain
+// of additions waits on each add's latency.
+constexpr std::int64_t kSumLanes = 8;
+
+template <class Term>
+double blocked_sum(RowThreads& threads, std::int64_t n, Term term) {
+  const std::int64_t rows = std::max<std::int64_t>(n, 0) / kSumLanes;
+  const std::vector<double> lanes = blocked_column_sums(
+      threads, rows, kSumLanes, [&](std::int64_t first, std::int64_t end, double* acc) {
+        double a[kSumLanes];  // a local copy, which the compiler keeps in vector registers
+        std::copy(acc, acc + kSumLanes, a);
+        for (std::int64_t r = first; r < end; ++r) {
+          for (std::int64_t l = 0; l < kSumLanes; ++l) a[l] += term(r * kSumLanes + l);
+        }
+        std::copy(a, a + kSumLanes, acc);
+      });
+  double total = 0.0;
+  for (const double lane : lanes) total += lane;
+  for (std::int64_t i = rows * kSumLanes; i < n; ++i) total += term(i);
+  return total;
+}
+
 }  // namespace shardscope::cpu

@@ -216,9 +216,9 @@ void CpuBackend::sum_all(const Tensor& x, Tensor& out) {
   dispatch_floating(x.dtype(), "sum_all", [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
-    double acc = 0.0;
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) acc += in[i];
-    *out.data<T>() = static_cast<T>(acc);
+    const double total = cpu::blocked_sum(
+        threads_, x.numel(), [in](std::int64_t i) { return static_cast<double>(in[i]); });
+    *out.data<T>() = static_cast<T>(total);
   });
 }
 
@@ -313,10 +313,10 @@ void CpuBackend::mse_forward(const Tensor& pred, const Tensor& target, Tensor& l
     using T = decltype(tag);
     const T* p = pred.data<T>();
     const T* t = target.data<T>();
-    double acc = 0.0;
     const std::int64_t n = pred.numel();
-    for (std::int64_t i = 0; i < n; ++i) acc += kernels::squared_error(p[i], t[i]);
-    *loss.data<T>() = static_cast<T>(acc / static_cast<double>(n));
+    const double total = cpu::blocked_sum(
+        threads_, n, [p, t](std::int64_t i) { return kernels::squared_error(p[i], t[i]); });
+    *loss.data<T>() = static_cast<T>(total / static_cast<double>(n));
   });
 }
 

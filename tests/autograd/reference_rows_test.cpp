@@ -107,6 +107,8 @@ TEST_P(CpuVsReferenceRows, Reductions) {
   expect_match(reductions_case({130, 257}, {257}), "sums of [130, 257]");
   expect_match(reductions_case({4000, 3}, {3}), "sums of [4000, 3]");
   expect_match(reductions_case({1}, {1}), "sums of [1]");
+  // sum_all in blocks of lanes (cpu::blocked_sum): several blocks and a tail of 5.
+  expect_match(reductions_case({301, 1001}, {1001}), "sums of [301, 1001]");
 }
 
 TEST_P(CpuVsReferenceRows, LayerNormForwardAndBackward) {

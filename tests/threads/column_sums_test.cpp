@@ -1,6 +1,7 @@
 // blocked_column_sums (autograd/cpu/column_sums.h), the CPU backend's column reductions: the blocks
 // of rows tile the rows once and are at most kSumBlocks; the sums are the bits of the same blocks
-// summed one after another, whatever the thread count; and they are the column sums.
+// summed one after another, whatever the thread count; and they are the column sums. blocked_sum,
+// a whole array's sum over lanes as columns: the same bits at every thread count, and the sum.
 // In the threads label, so ThreadSanitizer runs it.
 #include "autograd/cpu/column_sums.h"
 
@@ -95,6 +96,35 @@ TEST(BlockedColumnSums, BlocksTileTheRowsAndSumsAreTheColumnSums) {
                 static_cast<double>(rows + kSumBlocks) * 0x1p-53 * magnitude)
           << "column " << j << " of " << rows << " x " << width;
     }
+  }
+}
+
+// blocked_sum: a whole array's sum shared out as the lanes of blocked_column_sums, plus the tail.
+double whole_sum(int threads, const std::vector<double>& v, std::int64_t n) {
+  RowThreads pool(threads);
+  return blocked_sum(pool, n, [&](std::int64_t i) { return v[static_cast<std::size_t>(i)]; });
+}
+
+TEST(BlockedSum, SameBitsAtEveryThreadCountAndTheSum) {
+  // Sizes with no tail, a tail, fewer than one lane row, several blocks, and none.
+  for (const std::int64_t n : {std::int64_t{131072}, std::int64_t{300005}, std::int64_t{7},
+                               std::int64_t{33411}, std::int64_t{0}}) {
+    const std::vector<double> v = spread_rows(std::max<std::int64_t>(n, 1), 1);
+    const double one = whole_sum(1, v, n);
+    for (int threads : {2, 3}) {
+      const double many = whole_sum(threads, v, n);
+      EXPECT_EQ(std::memcmp(&many, &one, sizeof(double)), 0)
+          << "the sum of " << n << " at " << threads << " threads differs in its bits from 1 "
+          << "thread's: " << many << " against " << one;
+    }
+    double plain = 0.0, magnitude = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      plain += v[static_cast<std::size_t>(i)];
+      magnitude += std::fabs(v[static_cast<std::size_t>(i)]);
+    }
+    EXPECT_LE(std::fabs(one - plain),
+              static_cast<double>(n / kSumLanes + kSumBlocks + 2 * kSumLanes) * 0x1p-53 * magnitude)
+        << "the sum of " << n << " terms";
   }
 }
 
