@@ -22,10 +22,11 @@
 //                              ratios come from times taken moments apart (on a machine shared
 //                              with other work, the benchmarks above, run one after another, saw
 //                              the same GEMMs take 22 and 28 ms): counters step_ms, gemm_ms,
-//                              traffic_ms, floor_ms (medians over the iterations) and
-//                              step_over_gemm, apart ((gemm + traffic) / gemm), floor_over_gemm
-//                              (medians of each iteration's own ratios); bench/layer_vs_torch.sh
-//                              reports these;
+//                              traffic_ms, floor_ms, products_ms (the timed step's products,
+//                              timed inside it by their ops' begins and ends; medians over the
+//                              iterations) and step_over_gemm, in_step (products_ms / gemm),
+//                              apart ((gemm + traffic) / gemm), floor_over_gemm (medians of each
+//                              iteration's own ratios); bench/layer_vs_torch.sh reports these;
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -189,6 +190,9 @@ void BM_LayerGemms(benchmark::State& state, Device device, LayerChoice choice) {
 // this is at most what the ops move.
 class OpTraffic : public Observer {
  public:
+  static bool is_product(std::string_view op) {
+    return op == "matmul" || op == "causal_matmul" || op == "gather_matmul";
+  }
   void on_op_begin(const OpEvent& e) override {
     moving_ = !is_product(e.site.op) && e.site.op != "reshape";
     if (moving_) bytes_ = tensor_bytes(e.input_tensors);
@@ -201,9 +205,6 @@ class OpTraffic : public Observer {
   std::vector<std::size_t> moves;  // per op, in order
 
  private:
-  static bool is_product(std::string_view op) {
-    return op == "matmul" || op == "causal_matmul" || op == "gather_matmul";
-  }
   static std::size_t tensor_bytes(const std::vector<Tensor>* tensors) {
     std::size_t n = 0;
     if (tensors) {
@@ -318,6 +319,26 @@ void BM_LayerFloor(benchmark::State& state, Device device, LayerChoice choice) {
   state.counters["ops"] = static_cast<double>(order.traffic.moves.size());
 }
 
+// The wall time of a step's products, as their ops' begins and ends bound them (each product op's
+// own checks and allocations included): BM_LayerPaired's timed step carries it, so that the step
+// splits into its products and the rest. An observer with empty hooks costs a step at s=64 under
+// 0.1% (docs/benchmarks.md, Observer overhead); this one reads the clock twice a product op.
+class ProductClock : public Observer {
+ public:
+  void on_op_begin(const OpEvent& e) override {
+    if (OpTraffic::is_product(e.site.op)) begin_ = std::chrono::steady_clock::now();
+  }
+  void on_op_end(const OpEvent& e) override {
+    if (!OpTraffic::is_product(e.site.op)) return;
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin_)
+              .count();
+  }
+  double ms = 0;
+
+ private:
+  std::chrono::steady_clock::time_point begin_;
+};
+
 // Milliseconds of wall time that f takes.
 template <typename F>
 double wall_ms(F&& f) {
@@ -338,11 +359,16 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   const GemmRunner gemms(stepped.ctx, order.gemms.calls, c.dtype);
   const CopyRunner copies(stepped.ctx, order.traffic.moves);
   struct Times {
-    double step, gemm, traffic, floor;
+    double step, products, gemm, traffic, floor;
   };
   auto run_all_four = [&] {
     Times t{};
-    t.step = wall_ms([&] { stepped.step(); });
+    ProductClock products;
+    {
+      const ObserverGuard watch(stepped.ctx, products);
+      t.step = wall_ms([&] { stepped.step(); });
+    }
+    t.products = products.ms;
     t.gemm = wall_ms([&] { gemms.run_all(); });
     t.traffic = wall_ms([&] { copies.run_all(); });
     t.floor = wall_ms([&] { order.run_floor(gemms, copies); });
@@ -351,10 +377,13 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   // Untimed: the runners took memory the first step had left in the backend's cache, so the next
   // step maps new pages (at s=256, h=512 that step took 15 to 30% longer than the ones after it).
   run_all_four();
-  std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over;
+  std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over,
+      products_ms, in_step;
   for (auto _ : state) {
     const Times t = run_all_four();
     step_ms.push_back(t.step);
+    products_ms.push_back(t.products);
+    in_step.push_back(t.products / t.gemm);
     gemm_ms.push_back(t.gemm);
     traffic_ms.push_back(t.traffic);
     floor_ms.push_back(t.floor);
@@ -369,6 +398,8 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   state.counters["step_over_gemm"] = median(over_gemm);
   state.counters["apart"] = median(apart);
   state.counters["floor_over_gemm"] = median(floor_over);
+  state.counters["products_ms"] = median(products_ms);
+  state.counters["in_step"] = median(in_step);
 }
 
 // Our flags, taken out of argv before Google Benchmark reads the rest.

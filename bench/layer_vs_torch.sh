@@ -6,7 +6,8 @@
 # 1, shardscope is faster); beside them, from BM_LayerPaired (a step, then its own GEMMs alone,
 # then its other ops as copies of what each reads and writes, then the two together in the step's
 # order, in turn, so that each ratio compares times taken moments apart): the GEMMs' time,
-# step/gemm (how far the step is from its GEMM-only bound), the copies' time with apart =
+# step/gemm (how far the step is from its GEMM-only bound), in step (the step's products, timed
+# inside it, / gemm-only: what they lose to the step's cache), the copies' time with apart =
 # (gemm-only + that) / gemm-only, and floor = the products with the copies between them (each
 # meeting the cache the other left) / gemm-only: the least step/gemm a step that runs op by op can
 # reach on this machine. Ratios are medians of each iteration's own. Without PyTorch (Debian:
@@ -39,8 +40,10 @@ for path in glob.glob(f"{out}/shardscope-*.json"):
         if run.get("run_type") != "iteration":
             continue
         if run["name"].startswith("BM_LayerPaired/"):
-            for k in ("gemm_ms", "step_over_gemm", "traffic_ms", "apart", "floor_over_gemm"):
-                paired[cell][k].append(run[k])
+            for k in ("gemm_ms", "step_over_gemm", "in_step", "traffic_ms", "apart",
+                      "floor_over_gemm"):
+                if k in run:  # in_step: results from 2026-11-27 on
+                    paired[cell][k].append(run[k])
         else:
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
             ours[cell].append(run["real_time"] * scale)
@@ -49,7 +52,7 @@ if os.path.exists(f"{out}/torch.txt"):
         cell, *times = line.split()
         torch[cell] += [float(t) for t in times]
 print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
-      f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} "
+      f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} {'in step':>8} "
       f"{'traffic ms':>11} {'apart':>6} {'floor':>6}  steps")
 order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
 fmt = lambda v, spec: "-" if v is None else format(v, spec)
@@ -61,6 +64,7 @@ for cell in sorted(ours, key=order):
     print(f"{model:<6} {p:<4} {dtype:<5} {shape:<18} {a:>19.1f} "
           f"{'(no torch)' if t is None else f'{t:.1f}':>14} {'' if t is None else f'{a / t:.2f}':>6} "
           f"{fmt(m.get('gemm_ms'), '.1f'):>13} {fmt(m.get('step_over_gemm'), '.2f'):>10} "
+          f"{fmt(m.get('in_step'), '.2f'):>8} "
           f"{fmt(m.get('traffic_ms'), '.1f'):>11} {fmt(m.get('apart'), '.2f'):>6} "
           f"{fmt(m.get('floor_over_gemm'), '.2f'):>6}  "
           f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")

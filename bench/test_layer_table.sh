@@ -3,7 +3,9 @@
 # table printed again from what it kept (--table DIR), without PyTorch unless TORCH=1. Checks that the two tables are the same,
 # that the cell's row has every column (PyTorch's, or "(no torch)" without it), that step/gemm
 # and apart, both from BM_LayerPaired, are above 1 (a step runs its GEMMs and more; apart adds
-# the copies' time to the GEMMs'), and that a KEEP folder already holding results is refused.
+# the copies' time to the GEMMs'), that in step (the step's products timed inside it / the GEMMs
+# alone) is above 0 and below step/gemm, and that a KEEP folder already holding results is
+# refused.
 #   bash bench/test_layer_table.sh BUILD_DIR
 test_name=bench.layer_table
 source "$(dirname "$0")/testing.sh" "$1"
@@ -17,15 +19,17 @@ bash bench/layer_vs_torch.sh --table "$work/run" >"$work/again.txt" || fail "--t
 [[ $(tail -n 2 "$work/first.txt") == "$(cat "$work/again.txt")" ]] ||
   fail "--table printed another table than the run: $(cat "$work/again.txt")"
 row=$(grep -E '^gpt +0\.1 +f32 +16,1,32,4,4 ' "$work/again.txt") || fail "no row for the cell"
-# model p dtype shape ours torch ratio gemm-only step/gemm traffic apart floor steps (without
-# PyTorch, "(no torch)" and no ratio: made two fields here)
+# model p dtype shape ours torch ratio gemm-only step/gemm in-step traffic apart floor steps
+# (without PyTorch, "(no torch)" and no ratio: made two fields here)
 read -r -a f <<<"${row/(no torch)/no-torch -}"
-((${#f[@]} >= 13)) || fail "a row of ${#f[@]} fields, expected 13 or more: $row"
-step_over_gemm=${f[8]} apart=${f[10]} floor=${f[11]}
+((${#f[@]} >= 14)) || fail "a row of ${#f[@]} fields, expected 14 or more: $row"
+step_over_gemm=${f[8]} in_step=${f[9]} apart=${f[11]} floor=${f[12]}
 awk -v a="$step_over_gemm" -v b="$apart" -v c="$floor" 'BEGIN { exit !(a > 1 && b > 1 && c > 0) }' ||
   fail "step/gemm $step_over_gemm and apart $apart should be above 1, floor $floor above 0: $row"
+awk -v i="$in_step" -v a="$step_over_gemm" 'BEGIN { exit !(i > 0 && i < a) }' ||
+  fail "in step $in_step should be above 0 and below step/gemm $step_over_gemm: $row"
 if run env KEEP="$work/run" bash bench/layer_vs_torch.sh "$build" 1 >/dev/null 2>"$work/err.txt"; then
   fail "a KEEP folder holding results was not refused"
 fi
 grep -q "is not empty" "$work/err.txt" || fail "the refusal does not say why: $(cat "$work/err.txt")"
-echo "bench.layer_table: passed (step/gemm $step_over_gemm, apart $apart, floor $floor)"
+echo "bench.layer_table: passed (step/gemm $step_over_gemm, in step $in_step, apart $apart, floor $floor)"

@@ -234,25 +234,54 @@ void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* 
 
 // Square by square over the threads: the lower triangle's rows moved with memmove (src and dst may
 // be the same squares), the rest of each row zeroed.
+namespace {
+
+// Entries [begin, end) of the squares: row i keeps its first i + 1 elements and zeroes the
+// rest, in loops over elements of E (an unsigned type of the element's size) that vectorise. A
+// memmove and a memset per row were about 2000 library calls for the 32 squares of 32 x 32 of one
+// causal block at s=128, 20 to 40 us a call of lower_triangle.
+template <class E>
+void lower_triangle_entries(const TriangleDesc& d, const E* in, E* out, std::int64_t begin,
+                            std::int64_t end) {
+  const std::int64_t n = d.n;
+  for (std::int64_t e = begin; e < end; ++e) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const E* from = in + e * d.stride_src + i * d.ld_src;
+      E* to = out + e * d.stride_dst + i * d.ld_dst;
+      if (from == to) {
+        for (std::int64_t j = i + 1; j < n; ++j) to[j] = E{0};
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) to[j] = j <= i ? from[j] : E{0};
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void CpuBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* src, void* dst) {
   d.validate();
-  const std::size_t es = dtype_size(dtype);
-  const auto* in = static_cast<const unsigned char*>(src);
-  auto* out = static_cast<unsigned char*>(dst);
-  threads_.parallel_for(
-      d.batch, std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n * d.n, 1), 1),
-      [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t e = begin; e < end; ++e) {
-          for (std::int64_t i = 0; i < d.n; ++i) {
-            const std::size_t kept = static_cast<std::size_t>(i + 1) * es;
-            unsigned char* to =
-                out + static_cast<std::size_t>(e * d.stride_dst + i * d.ld_dst) * es;
-            std::memmove(to, in + static_cast<std::size_t>(e * d.stride_src + i * d.ld_src) * es,
-                         kept);
-            std::memset(to + kept, 0, static_cast<std::size_t>(d.n) * es - kept);
-          }
-        }
-      });
+  const std::int64_t grain =
+      std::max<std::int64_t>(kCheapGrain / std::max<std::int64_t>(d.n * d.n, 1), 1);
+  auto run = [&](auto element) {
+    using E = decltype(element);
+    const auto* in = static_cast<const E*>(src);
+    auto* out = static_cast<E*>(dst);
+    threads_.parallel_for(d.batch, grain, [&](std::int64_t begin, std::int64_t end) {
+      lower_triangle_entries(d, in, out, begin, end);
+    });
+  };
+  switch (dtype_size(dtype)) {
+    case 2:
+      return run(std::uint16_t{});
+    case 4:
+      return run(std::uint32_t{});
+    case 8:
+      return run(std::uint64_t{});
+    default:
+      throw ArgumentError("lower_triangle: elements of 2, 4 or 8 bytes expected, given " +
+                          std::string(dtype_name(dtype)));
+  }
 }
 
 void CpuBackend::gemm(const GemmDesc& desc, DType dtype, const void* a, const void* b, void* c) {
