@@ -39,12 +39,28 @@ std::string gradient_sum_what(std::size_t i, const char* onto) {
   return "gradient of input " + std::to_string(i) + " added to " + onto;
 }
 
+// Whether `g` can become the leaf's gradient as it is, as PyTorch's AccumulateGrad takes a
+// gradient nothing else holds: its tensor and its storage referenced only by the backward's list
+// of gradients (no view, no observer or caller keeping it), in the leaf's context, of its shape
+// and dtype, and no graph of its own.
+bool adoptable(const TensorImpl& leaf, const Tensor& g) {
+  return g.impl().use_count() == 1 && g.storage().use_count() == 1 && !g.requires_grad() &&
+         !g.grad_fn() && g.impl()->ctx == leaf.ctx && g.shape() == leaf.shape &&
+         g.dtype() == leaf.dtype;
+}
+
 // Adds `g`, the gradient of input `i` of node `n` (null: the seed of a backward from the leaf
-// itself), into the leaf's gradient (a copy when it has none). Under the numerical guard a sum
-// is made aside and checked before it is stored, so a failed check leaves the leaf's gradient as
-// it was (a copy of a checked gradient needs no look).
+// itself), into the leaf's gradient. When it has none, `g` becomes it (adoptable: no copy, no
+// second buffer at the peak), else a copy. Under the numerical guard a sum is made aside and
+// checked before it is stored, so a failed check leaves the leaf's gradient as it was (a copy of
+// a checked gradient needs no look).
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std::size_t i) {
   Context& ctx = *leaf.ctx;
+  if (!leaf.grad.defined() && adoptable(leaf, g)) {
+    g.storage()->set_category(MemoryCategory::gradient);
+    leaf.grad = g;
+    return;
+  }
   if (!leaf.grad.defined()) {
     Tensor fresh = Tensor::uninitialized(ctx, leaf.shape, leaf.dtype);  // the copy fills it
     fresh.storage()->set_category(MemoryCategory::gradient);

@@ -71,6 +71,55 @@ TEST_F(Engine, LeafGradAccumulatesOverTwoBackwards) {
   expect_near_all(x.grad().to_vector(), std::vector<double>(6, 3.0));
 }
 
+// The gradients flowing out of each backward node: their storages' ids, and, when `keep`, the
+// tensors themselves (which then hold them).
+class GradientsOut : public Observer {
+ public:
+  explicit GradientsOut(bool keep) : keep_(keep) {}
+  void on_op_end(const OpEvent& e) override {
+    if (e.site.phase != Phase::backward || e.output_tensors == nullptr) return;
+    for (const Tensor& g : *e.output_tensors) {
+      if (!g.defined()) continue;
+      ids.push_back(g.storage()->id());
+      if (keep_) kept.push_back(g);
+    }
+  }
+  std::vector<std::uint64_t> ids;
+  std::vector<Tensor> kept;
+
+ private:
+  bool keep_;
+};
+
+TEST_F(Engine, ALeafTakesAGradientNothingElseHolds) {
+  GradientsOut out(false);
+  {
+    const ObserverGuard watch(ctx, out);
+    sum(scale(x, 2.0)).backward();
+  }
+  ASSERT_EQ(out.ids.size(), 2u);  // sum's gradient, then scale's (x's)
+  EXPECT_EQ(x.grad().storage()->id(), out.ids.back())
+      << "the leaf's gradient is a copy of scale's, which nothing else held";
+  EXPECT_EQ(x.grad().storage()->category(), MemoryCategory::gradient);
+  expect_near_all(x.grad().to_vector(), std::vector<double>(6, 2.0));
+}
+
+TEST_F(Engine, ALeafCopiesAGradientSomethingElseHolds) {
+  GradientsOut out(true);
+  {
+    const ObserverGuard watch(ctx, out);
+    sum(scale(x, 2.0)).backward();
+  }
+  ASSERT_EQ(out.kept.size(), 2u);
+  const Tensor& held = out.kept.back();
+  EXPECT_NE(x.grad().storage()->id(), held.storage()->id())
+      << "the leaf took a gradient that an observer still holds";
+  EXPECT_EQ(held.storage()->category(), MemoryCategory::workspace);
+  Tensor overwritten = held;
+  ctx.backend().fill(overwritten, -1.0);
+  expect_near_all(x.grad().to_vector(), std::vector<double>(6, 2.0));
+}
+
 TEST_F(Engine, ExplicitGradientSeedsANonScalarOutput) {
   const Tensor g = Tensor::from_vector(ctx, {2, 3}, {1, 2, 3, 4, 5, 6}, DType::f64);
   scale(x, 3.0).backward(g);
