@@ -232,8 +232,6 @@ void CpuBackend::gemm_through_f32(const GemmDesc& d, const void* a, const void* 
   }
 }
 
-// Square by square over the threads: the lower triangle's rows moved with memmove (src and dst may
-// be the same squares), the rest of each row zeroed.
 namespace {
 
 // Entries [begin, end) of the squares: row i keeps its first i + 1 elements and zeroes the
@@ -259,6 +257,7 @@ void lower_triangle_entries(const TriangleDesc& d, const E* in, E* out, std::int
 
 }  // namespace
 
+// Square by square over the threads (src and dst are the same squares, or apart).
 void CpuBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* src, void* dst) {
   d.validate();
   const std::int64_t grain =

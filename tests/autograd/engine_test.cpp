@@ -99,7 +99,7 @@ TEST_F(Engine, ALeafTakesAGradientNothingElseHolds) {
   }
   ASSERT_EQ(out.ids.size(), 2u);  // sum's gradient, then scale's (x's)
   EXPECT_EQ(x.grad().storage()->id(), out.ids.back())
-      << "the leaf's gradient is a copy of scale's, which nothing else held";
+      << "the leaf's gradient is a copy of scale's, though nothing else held that";
   EXPECT_EQ(x.grad().storage()->category(), MemoryCategory::gradient);
   expect_near_all(x.grad().to_vector(), std::vector<double>(6, 2.0));
 }
