@@ -24,29 +24,6 @@ std::int64_t row_length(const Tensor& t) {
   return t.rank() ? t.dim(-1) : 1;
 }
 
-// kernels::layernorm_row_statistics of up to kStatRows rows at once. Welford's update divides by
-// the count at every element, a chain of dependent divisions per row; the rows' chains are
-// independent, so interleaving them lets the divisions overlap. Each row's arithmetic is the
-// kernel's, in the kernel's order: the same bits as one row at a time. centered = false: RMSNorm's
-// sums of squares (no division to overlap, the same loop).
-constexpr std::int64_t kStatRows = 4;
-
-template <class T>
-void row_statistics(const T* x, std::int64_t h, std::int64_t rows, bool centered,
-                    kernels::Welford<double> (&w)[kStatRows]) {
-  for (std::int64_t k = 0; k < kStatRows; ++k) w[k] = kernels::Welford<double>{};
-  if (rows == kStatRows) {
-    for (std::int64_t j = 0; j < h; ++j) {
-      for (std::int64_t k = 0; k < kStatRows; ++k) {
-        kernels::row_statistics_add(w[k], static_cast<double>(x[k * h + j]), centered);
-      }
-    }
-    return;
-  }
-  for (std::int64_t k = 0; k < rows; ++k)
-    w[k] = kernels::layernorm_row_statistics(x + k * h, h, 0, 1, centered);
-}
-
 // The fewest rows worth a thread: about 16k elements.
 std::int64_t row_grain(std::int64_t row_length) {
   return std::max<std::int64_t>((std::int64_t{1} << 14) / std::max<std::int64_t>(row_length, 1), 1);
@@ -74,6 +51,56 @@ Acc lane_reduce(std::int64_t n, Acc init, Term term, Combine combine) {
 template <class Term>
 double lane_sum(std::int64_t n, Term term) {
   return lane_reduce<8>(n, 0.0, term, [](double a, double b) { return a + b; });
+}
+
+// A row's statistics in double, as kernels::Welford (count, mean, the sum of squared
+// deviations; centered = false: count, 0, the sum of squares) in two passes over 8 lanes
+// (lane_sum), the row in cache for the second. Welford's update (the shared kernels', which
+// merge pieces of rows) divides at every element: a [512, 256] f32 LayerNorm forward took 542 us
+// on one Zen 3 core with it, 172 us with this. Two passes in double are at least as accurate.
+template <class T>
+kernels::Welford<double> row_statistics(const T* x, std::int64_t h, bool centered) {
+  kernels::Welford<double> w;
+  w.count = static_cast<double>(h);
+  if (!centered) {
+    w.m2 = lane_sum(h, [x](std::int64_t j) {
+      const auto v = static_cast<double>(x[j]);
+      return v * v;
+    });
+    return w;
+  }
+  w.mean = lane_sum(h, [x](std::int64_t j) { return static_cast<double>(x[j]); }) / w.count;
+  w.m2 = lane_sum(h, [x, mean = w.mean](std::int64_t j) {
+    const double d = static_cast<double>(x[j]) - mean;
+    return d * d;
+  });
+  return w;
+}
+
+// kernels::layernorm_backward_row_sums over 8 lanes: sum(dxhat) and sum(dxhat xhat) in double,
+// where the kernel's two chains of additions wait on each add. centered = false: mean 0.
+template <class T>
+kernels::LayerNormRowSums backward_row_sums(const T* dy, const T* x, const T* gamma, std::int64_t h,
+                                            double mean, double rstd) {
+  constexpr std::int64_t kLanes = 8;
+  double dxhat[kLanes] = {}, dxhat_xhat[kLanes] = {};
+  auto add = [&](std::int64_t j, std::int64_t lane) {
+    const double xhat = (static_cast<double>(x[j]) - mean) * rstd;
+    const double d = static_cast<double>(dy[j]) * static_cast<double>(gamma[j]);
+    dxhat[lane] += d;
+    dxhat_xhat[lane] += d * xhat;
+  };
+  std::int64_t j = 0;
+  for (; j + kLanes <= h; j += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) add(j + l, l);
+  }
+  for (; j < h; ++j) add(j, j % kLanes);
+  kernels::LayerNormRowSums sums;
+  for (std::int64_t l = 0; l < kLanes; ++l) {
+    sums.dxhat += dxhat[l];
+    sums.dxhat_xhat += dxhat_xhat[l];
+  }
+  return sums;
 }
 
 // What softmax's exponentials are computed in: f64 rows in double, the others in f32.
@@ -124,18 +151,13 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
   const bool centered = mean != nullptr;
   const std::int64_t h = row_length(x), rows = x.numel() / std::max<std::int64_t>(h, 1);
   threads.parallel_for(rows, row_grain(h), [&](std::int64_t first, std::int64_t end) {
-    kernels::Welford<double> w[kStatRows];
-    for (std::int64_t r0 = first; r0 < end; r0 += kStatRows) {
-      const std::int64_t n = std::min(kStatRows, end - r0);
-      row_statistics(x.data<T>() + r0 * h, h, n, centered, w);
-      for (std::int64_t k = 0; k < n; ++k) {
-        const std::int64_t r = r0 + k;
-        const double inv = kernels::layernorm_rstd(w[k], eps);
-        kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h,
-                                         0, 1, w[k].mean, inv);
-        if (mean) mean[r] = static_cast<statistic_t<T>>(w[k].mean);
-        rstd[r] = static_cast<statistic_t<T>>(inv);
-      }
+    for (std::int64_t r = first; r < end; ++r) {
+      const kernels::Welford<double> w = row_statistics(x.data<T>() + r * h, h, centered);
+      const double inv = kernels::layernorm_rstd(w, eps);
+      kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h, 0,
+                                       1, w.mean, inv);
+      if (mean) mean[r] = static_cast<statistic_t<T>>(w.mean);
+      rstd[r] = static_cast<statistic_t<T>>(inv);
     }
   });
 }
@@ -155,8 +177,7 @@ void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const T
       const T* in = x.data<T>() + r * h;
       const T* gy = dy.data<T>() + r * h;
       const double mu = centered ? static_cast<double>(mean[r]) : 0.0, inv = rstd[r];
-      const kernels::LayerNormRowSums row =
-          kernels::layernorm_backward_row_sums(gy, in, gamma, h, 0, 1, mu, inv);
+      const kernels::LayerNormRowSums row = backward_row_sums(gy, in, gamma, h, mu, inv);
       const double n = static_cast<double>(h);
       const double mean_dxhat = centered ? row.dxhat / n : 0.0;
       const double mean_dxhat_xhat = row.dxhat_xhat / n;
