@@ -77,29 +77,18 @@ kernels::Welford<double> row_statistics(const T* x, std::int64_t h, bool centere
   return w;
 }
 
-// kernels::layernorm_backward_row_sums over 8 lanes: sum(dxhat) and sum(dxhat xhat) in double,
-// where the kernel's two chains of additions wait on each add. centered = false: mean 0.
+// kernels::layernorm_backward_row_sums as two sums over 8 lanes (lane_sum), the row in cache
+// for the second: the kernel's two chains of additions wait on each add. centered = false: mean 0.
 template <class T>
 kernels::LayerNormRowSums backward_row_sums(const T* dy, const T* x, const T* gamma, std::int64_t h,
                                             double mean, double rstd) {
-  constexpr std::int64_t kLanes = 8;
-  double dxhat[kLanes] = {}, dxhat_xhat[kLanes] = {};
-  auto add = [&](std::int64_t j, std::int64_t lane) {
-    const double xhat = (static_cast<double>(x[j]) - mean) * rstd;
-    const double d = static_cast<double>(dy[j]) * static_cast<double>(gamma[j]);
-    dxhat[lane] += d;
-    dxhat_xhat[lane] += d * xhat;
+  auto dxhat = [=](std::int64_t j) {
+    return static_cast<double>(dy[j]) * static_cast<double>(gamma[j]);
   };
-  std::int64_t j = 0;
-  for (; j + kLanes <= h; j += kLanes) {
-    for (std::int64_t l = 0; l < kLanes; ++l) add(j + l, l);
-  }
-  for (; j < h; ++j) add(j, j % kLanes);
   kernels::LayerNormRowSums sums;
-  for (std::int64_t l = 0; l < kLanes; ++l) {
-    sums.dxhat += dxhat[l];
-    sums.dxhat_xhat += dxhat_xhat[l];
-  }
+  sums.dxhat = lane_sum(h, dxhat);
+  sums.dxhat_xhat = lane_sum(
+      h, [=](std::int64_t j) { return dxhat(j) * ((static_cast<double>(x[j]) - mean) * rstd); });
   return sums;
 }
 
