@@ -28,6 +28,28 @@ using cpu::kCheapGrain;
 
 namespace {
 
+// Calls f(U{}) with U the unsigned integer of `es` bytes (1, 2, 4 or 8), for loops that move
+// elements whatever their dtype; false, without calling f, for any other size.
+template <class F>
+bool with_unsigned_of_size(std::size_t es, F&& f) {
+  switch (es) {
+    case 1:
+      f(std::uint8_t{});
+      return true;
+    case 2:
+      f(std::uint16_t{});
+      return true;
+    case 4:
+      f(std::uint32_t{});
+      return true;
+    case 8:
+      f(std::uint64_t{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Copies `count` elements of `es` bytes from `in` with a stride of `step` elements to `out`.
 void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t count,
                   std::int64_t step, std::size_t es) {
@@ -41,10 +63,7 @@ void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t coun
     for (std::int64_t j = 0; j < count; ++j)
       std::memcpy(o + j, in + j * step * sizeof(T), sizeof(T));
   };
-  if (es == 4) return copy_as(std::uint32_t{});
-  if (es == 2) return copy_as(std::uint16_t{});
-  if (es == 8) return copy_as(std::uint64_t{});
-  if (es == 1) return copy_as(std::uint8_t{});
+  if (with_unsigned_of_size(es, copy_as)) return;
   for (std::int64_t j = 0; j < count; ++j) {
     std::memcpy(out + static_cast<std::size_t>(j) * es,
                 in + static_cast<std::size_t>(j * step) * es, es);
@@ -270,16 +289,9 @@ void CpuBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void* 
       lower_triangle_entries(d, in, out, begin, end);
     });
   };
-  switch (dtype_size(dtype)) {
-    case 2:
-      return run(std::uint16_t{});
-    case 4:
-      return run(std::uint32_t{});
-    case 8:
-      return run(std::uint64_t{});
-    default:
-      throw ArgumentError("lower_triangle: elements of 2, 4 or 8 bytes expected, given " +
-                          std::string(dtype_name(dtype)));
+  if (!with_unsigned_of_size(dtype_size(dtype), run)) {
+    throw ArgumentError("lower_triangle: elements of 1, 2, 4 or 8 bytes expected, given " +
+                        std::string(dtype_name(dtype)));
   }
 }
 
