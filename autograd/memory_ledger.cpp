@@ -59,14 +59,16 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   if (detail_ == Detail::live_only) return;
   if (last_op_ >= op_allocations_.size() || op_allocations_[last_op_].op != e.site.op ||
       op_allocations_[last_op_].scope != e.site.scope) {
-    key_.assign(e.site.scope).append("/").append(e.site.op);
-    // find first: emplace would make (and, for a key already there, free) a node every time.
-    auto it = op_index_.find(key_);
-    if (it == op_index_.end()) {
-      it = op_index_.emplace(key_, op_allocations_.size()).first;
+    const std::uint64_t hash = fnv1a(e.site.op, fnv1a(e.site.scope));
+    std::uint32_t found = op_index_.find(hash, [&](std::uint32_t i) {
+      return op_allocations_[i].op == e.site.op && op_allocations_[i].scope == e.site.scope;
+    });
+    if (found == HashIndex::kNone) {
+      found = static_cast<std::uint32_t>(op_allocations_.size());
       op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
+      op_index_.insert(hash, found);
     }
-    last_op_ = it->second;
+    last_op_ = found;
   }
   op_allocations_[last_op_].bytes += e.bytes;
   op_allocations_[last_op_].count += 1;
@@ -93,15 +95,20 @@ void MemoryLedger::on_recategorize(const StorageEvent& e) {
 }
 
 std::size_t MemoryLedger::site_index(const SaveEvent& e) {
-  for (std::size_t i = 0; i < site_keys_.size(); ++i) {
+  const std::uint64_t hash = fnv1a_mix(
+      static_cast<std::uint64_t>(e.role),
+      fnv1a_mix(static_cast<std::uint64_t>(e.site.layer), fnv1a(e.site.op, fnv1a(e.site.scope))));
+  std::uint32_t found = site_index_.find(hash, [&](std::uint32_t i) {
     const SiteKey& k = site_keys_[i];
-    if (k.layer == e.site.layer && k.role == e.role && k.scope == e.site.scope &&
-        k.op == e.site.op) {
-      return i;
-    }
+    return k.layer == e.site.layer && k.role == e.role && k.scope == e.site.scope &&
+           k.op == e.site.op;
+  });
+  if (found == HashIndex::kNone) {
+    found = static_cast<std::uint32_t>(site_keys_.size());
+    site_keys_.push_back({std::string(e.site.scope), std::string(e.site.op), e.site.layer, e.role});
+    site_index_.insert(hash, found);
   }
-  site_keys_.push_back({std::string(e.site.scope), std::string(e.site.op), e.site.layer, e.role});
-  return site_keys_.size() - 1;
+  return found;
 }
 
 void MemoryLedger::on_save(const SaveEvent& e) {

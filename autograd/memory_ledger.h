@@ -13,10 +13,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "autograd/flat_id_map.h"
+#include "autograd/hash_index.h"
 #include "autograd/observer.h"
 
 namespace shardscope {
@@ -107,12 +107,12 @@ class MemoryLedger final : public Observer {
   std::size_t accounting_errors_ = 0;
   std::size_t peak_total_ = 0;
   std::vector<SiteKey> site_keys_;
+  HashIndex site_index_;  // site_keys_ by their fields
   std::vector<OpAllocations> op_allocations_;
-  std::unordered_map<std::string, std::size_t> op_index_;
-  // on_alloc's look-up of op_index_: the last op's entry (an op allocates its outputs one after
-  // another), and a key built in place of a new string per allocation.
+  HashIndex op_index_;  // op_allocations_ by scope and op
+  // on_alloc's look-up of op_index_ starts at the last op's entry (an op allocates its outputs
+  // one after another).
   std::size_t last_op_ = 0;
-  std::string key_;
 };
 
 }  // namespace shardscope

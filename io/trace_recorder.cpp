@@ -155,11 +155,11 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
       const Slice& s = stores_->slices[index];
       const Place& p = places_[s.place];
       TraceEvent e = instant(TraceEventKind::op, p.rank, p.step, p.phase, p.layer, s.ts_us);
-      e.op = texts_->text(s.op);
-      e.scope = texts_->text(s.scope);
+      e.op = std::string(texts_->text(s.op));
+      e.scope = std::string(texts_->text(s.scope));
       e.seq = s.seq;
       e.dur_us = s.dur_us;
-      e.placement = texts_->text(s.placement);
+      e.placement = std::string(texts_->text(s.placement));
       e.inputs = shapes_->strings(s.inputs);
       e.outputs = shapes_->strings(s.outputs);
       e.alloc_bytes = s.alloc_bytes;
@@ -412,7 +412,7 @@ TraceEvent TraceRecorder::collective_slice(const CollectiveEvent& e, const RankS
   event.ts_us = micros_since_start(start);
   event.dur_us = micros_between(start, end);
   if (!state.open.empty())
-    event.placement = texts_->text(state.open.back().placement);  // the issuing op's
+    event.placement = std::string(texts_->text(state.open.back().placement));  // the issuing op's
   event.collective = e.kind;
   event.purpose = e.purpose;
   event.reduce = e.reduce;

@@ -2,7 +2,7 @@
 // overhead"): op slices and memory counters as compact records that name their place, texts and
 // shape lists by index into tables kept once, in chunked logs that never move, and the order of
 // all kept events as 32-bit entries. The recorder's hooks write them; reading builds TraceEvents.
-// Internal to io/: only the recorder includes it.
+// Internal to io/: only the recorder includes it (and tests/io/trace_records_test.cpp).
 #pragma once
 
 #include <array>
@@ -15,9 +15,9 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
+#include "autograd/hash_index.h"
 #include "autograd/observer.h"
 #include "autograd/shape.h"
 #include "io/trace_event.h"
@@ -27,20 +27,6 @@
 #endif
 
 namespace shardscope::trace_records {
-
-// A hash of a shape list's dims (FNV-1a over the dims and each shape's rank), for the recorder's
-// cache of shape text: cheaper than ordering lists element by element in a map.
-struct ShapesHash {
-  std::size_t operator()(const std::vector<Shape>& shapes) const {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    for (const Shape& s : shapes) {
-      mix(s.dims().size());
-      for (std::int64_t d : s.dims()) mix(static_cast<std::uint64_t>(d));
-    }
-    return static_cast<std::size_t>(h);
-  }
-};
 
 // Asks the kernel to back [data, data + bytes) with 2 MiB pages where it can (Linux with
 // transparent huge pages in "madvise" mode, as Debian ships it).
@@ -89,52 +75,102 @@ struct Counter {
 };
 
 // The texts slices name (op kinds, scopes, placements), each kept once and named by its index.
+// A text is one load from its id (views_), and a text not the hint is found through a HashIndex:
+// the hooks' look-ups touch few of the cache lines the step's ops evicted between two of them.
 class TextTable {
  public:
   TextTable() { id(""); }  // id 0: the empty text
-  const std::string& text(std::uint32_t id) const { return texts_[id]; }
+  std::string_view text(std::uint32_t id) const { return views_[id]; }
   std::uint32_t id(std::string_view text) {
-    auto it = ids_.find(text);
-    if (it != ids_.end()) return it->second;
-    const auto next = static_cast<std::uint32_t>(texts_.size());
-    ids_.emplace(texts_.emplace_back(text), next);  // the key views the deque's stable copy
-    return next;
+    const std::uint64_t hash = fnv1a(text);
+    std::uint32_t found = index_.find(hash, [&](std::uint32_t i) { return views_[i] == text; });
+    if (found != HashIndex::kNone) return found;
+    found = static_cast<std::uint32_t>(views_.size());
+    views_.push_back(texts_.emplace_back(text));  // views of the deque's copies, which never move
+    index_.insert(hash, found);
+    return found;
   }
   // `text`'s id, trying `last` (the same field's id in the event before) first: consecutive
   // events mostly repeat their op, scope and placement, and comparing costs less than hashing.
   std::uint32_t id(std::string_view text, std::uint32_t& last) {
-    if (texts_[last] != text) last = id(text);
+    if (views_[last] != text) last = id(text);
     return last;
   }
 
  private:
   std::deque<std::string> texts_;
-  std::unordered_map<std::string_view, std::uint32_t> ids_;
+  std::vector<std::string_view> views_;
+  HashIndex index_;
+};
+
+// FNV-1a over each shape's rank and dims.
+struct ShapesFnv {
+  std::uint64_t operator()(const std::vector<Shape>& shapes) const {
+    std::uint64_t h = fnv1a("");
+    for (const Shape& s : shapes) {
+      h = fnv1a_mix(s.dims().size(), h);
+      for (std::int64_t d : s.dims()) h = fnv1a_mix(static_cast<std::uint64_t>(d), h);
+    }
+    return h;
+  }
 };
 
 // The shape lists slices name, each kept once as text (ShapeStrings, shared by every event built
-// from it) and named by its index.
-class ShapeTable {
+// from it) and named by its index, found through a HashIndex by their runs: each list flat in one
+// array, each shape's rank then its dims. Hash: ShapesFnv; a test gives one under which every
+// list collides, so that lists are told apart by their runs alone.
+template <class Hash>
+class BasicShapeTable {
  public:
-  ShapeTable() : strings_(1) {}  // id 0: no shapes
+  BasicShapeTable() : strings_(1), runs_(1) {}  // id 0: no shapes
   const ShapeStrings& strings(std::uint32_t id) const { return strings_[id]; }
   std::uint32_t id(const std::vector<Shape>* shapes) {
     if (shapes == nullptr || shapes->empty()) return 0;
-    auto it = ids_.find(*shapes);
-    if (it != ids_.end()) return it->second;
+    const std::uint64_t hash = Hash{}(*shapes);
+    std::uint32_t found =
+        index_.find(hash, [&](std::uint32_t i) { return same(runs_[i], *shapes); });
+    if (found != HashIndex::kNone) return found;
+    found = static_cast<std::uint32_t>(strings_.size());
     std::vector<std::string> text;
     text.reserve(shapes->size());
-    for (const Shape& s : *shapes) text.push_back(s.str());
-    const auto next = static_cast<std::uint32_t>(strings_.size());
+    Run run{dims_.size(), 0};
+    for (const Shape& s : *shapes) {
+      text.push_back(s.str());
+      dims_.push_back(static_cast<std::int64_t>(s.dims().size()));
+      dims_.insert(dims_.end(), s.dims().begin(), s.dims().end());
+    }
+    run.size = dims_.size() - run.first;
     strings_.emplace_back(std::move(text));
-    ids_.emplace(*shapes, next);
-    return next;
+    runs_.push_back(run);
+    index_.insert(hash, found);
+    return found;
   }
 
  private:
+  struct Run {
+    std::size_t first = 0, size = 0;  // in dims_
+  };
+  bool same(const Run& run, const std::vector<Shape>& shapes) const {
+    const std::int64_t* v = dims_.data() + run.first;
+    const std::int64_t* end = v + run.size;
+    for (const Shape& s : shapes) {
+      const std::vector<std::int64_t>& dims = s.dims();
+      if (end - v < static_cast<std::ptrdiff_t>(dims.size() + 1)) return false;
+      if (*v++ != static_cast<std::int64_t>(dims.size())) return false;
+      for (std::int64_t d : dims) {
+        if (*v++ != d) return false;
+      }
+    }
+    return v == end;
+  }
+
   std::vector<ShapeStrings> strings_;
-  std::unordered_map<std::vector<Shape>, std::uint32_t, ShapesHash> ids_;
+  std::vector<Run> runs_;           // each id's run in dims_
+  std::vector<std::int64_t> dims_;  // the runs, one after another
+  HashIndex index_;
 };
+
+class ShapeTable final : public BasicShapeTable<ShapesFnv> {};
 
 // Kept records in chunks of 2 MiB that never move: appending writes one record (no vector growth
 // moving every kept one), and each chunk is asked for 2 MiB pages (a fault per 4 KiB page cost
