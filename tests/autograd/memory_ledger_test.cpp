@@ -2,6 +2,10 @@
 // for parameters, extras kept apart, and what each op keeps for backward.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include "autograd/memory_ledger.h"
 #include "autograd/ops.h"
 
@@ -259,6 +263,41 @@ TEST(MemoryLedger, AllocationsAreAttributedToTheOpAndScope) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// One entry per (scope, op) pair: the same op under 40 scopes, two ops under each, and each
+// scope entered twice (the second time after all the others, so its entry is found again rather
+// than being the last one used).
+TEST(MemoryLedger, AllocationsOfOneOpUnderManyScopesStayApart) {
+  Context ctx;
+  MemoryLedger ledger;
+  ObserverGuard attach(ctx, ledger);
+  Tensor x = Tensor::randn(ctx, {2, 3}, 8);
+  constexpr int kScopes = 40;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kScopes; ++i) {
+      ScopeGuard scope(ctx, "block" + std::to_string(i));
+      Tensor y = gelu(x);
+      for (int k = 0; k <= i % 3; ++k) y = add(y, x);  // 1 to 3 adds
+    }
+  }
+  std::map<std::pair<std::string, std::string>, MemoryLedger::OpAllocations> by_key;
+  for (const auto& a : ledger.allocations_by_op()) {
+    EXPECT_TRUE(by_key.emplace(std::make_pair(a.scope, a.op), a).second) << a.scope << "/" << a.op;
+  }
+  for (int i = 0; i < kScopes; ++i) {
+    const std::string scope = "block" + std::to_string(i);
+    SCOPED_TRACE(scope);
+    const auto gelu_at = by_key.find({scope, "gelu"});
+    const auto add_at = by_key.find({scope, "add"});
+    ASSERT_NE(gelu_at, by_key.end());
+    ASSERT_NE(add_at, by_key.end());
+    EXPECT_EQ(gelu_at->second.count, 2u);
+    EXPECT_EQ(gelu_at->second.bytes, 2 * f32_bytes(6));
+    const auto adds = static_cast<std::size_t>(2 * (1 + i % 3));
+    EXPECT_EQ(add_at->second.count, adds);
+    EXPECT_EQ(add_at->second.bytes, adds * f32_bytes(6));
+  }
 }
 
 }  // namespace
