@@ -15,9 +15,25 @@ namespace shardscope {
 
 class HashIndex {
  public:
-  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  // The index of the entry with `hash` for which same(index) holds; else add() appends the entry
+  // as index `next` (the caller's count of entries so far), which is then kept under `hash`.
+  template <class Same, class Add>
+  std::uint32_t find_or_add(std::uint64_t hash, std::size_t next, Same&& same, Add&& add) {
+    const std::uint32_t found = find(hash, same);
+    if (found != kNone) return found;
+    add();
+    const auto index = static_cast<std::uint32_t>(next);
+    insert(hash, index);
+    return index;
+  }
 
-  // The index of the entry with `hash` for which same(index) holds, or kNone.
+ private:
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  struct Slot {
+    std::uint64_t hash = 0;
+    std::uint32_t index = kNone;
+  };
+
   template <class Same>
   std::uint32_t find(std::uint64_t hash, Same&& same) const {
     if (slots_.empty()) return kNone;
@@ -29,19 +45,11 @@ class HashIndex {
     }
   }
 
-  // Adds `index` under `hash` (the caller found no equal entry first).
   void insert(std::uint64_t hash, std::uint32_t index) {
     if (2 * (size_ + 1) > slots_.size()) grow();
     place(hash, index);
     ++size_;
   }
-
- private:
-  struct Slot {
-    std::uint64_t hash = 0;
-    std::uint32_t index = kNone;
-  };
-
   void place(std::uint64_t hash, std::uint32_t index) {
     const std::size_t mask = slots_.size() - 1;
     std::size_t i = hash & mask;
@@ -60,8 +68,11 @@ class HashIndex {
   std::size_t size_ = 0;
 };
 
+// FNV-1a's offset basis: the hash of nothing, where a chain of fnv1a and fnv1a_mix starts.
+constexpr std::uint64_t kFnv1aBasis = 1469598103934665603ull;
+
 // FNV-1a of `v`'s bytes after `h` (chained, so that one hash covers several fields).
-inline std::uint64_t fnv1a(std::string_view v, std::uint64_t h = 1469598103934665603ull) {
+inline std::uint64_t fnv1a(std::string_view v, std::uint64_t h = kFnv1aBasis) {
   for (const char c : v) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
 }

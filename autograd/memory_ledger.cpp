@@ -59,16 +59,14 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
   if (detail_ == Detail::live_only) return;
   if (last_op_ >= op_allocations_.size() || op_allocations_[last_op_].op != e.site.op ||
       op_allocations_[last_op_].scope != e.site.scope) {
-    const std::uint64_t hash = fnv1a(e.site.op, fnv1a(e.site.scope));
-    std::uint32_t found = op_index_.find(hash, [&](std::uint32_t i) {
-      return op_allocations_[i].op == e.site.op && op_allocations_[i].scope == e.site.scope;
-    });
-    if (found == HashIndex::kNone) {
-      found = static_cast<std::uint32_t>(op_allocations_.size());
-      op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
-      op_index_.insert(hash, found);
-    }
-    last_op_ = found;
+    last_op_ = op_index_.find_or_add(
+        fnv1a(e.site.op, fnv1a(e.site.scope)), op_allocations_.size(),
+        [&](std::uint32_t i) {
+          return op_allocations_[i].op == e.site.op && op_allocations_[i].scope == e.site.scope;
+        },
+        [&] {
+          op_allocations_.push_back({std::string(e.site.scope), std::string(e.site.op), 0, 0});
+        });
   }
   op_allocations_[last_op_].bytes += e.bytes;
   op_allocations_[last_op_].count += 1;
@@ -98,17 +96,17 @@ std::size_t MemoryLedger::site_index(const SaveEvent& e) {
   const std::uint64_t hash = fnv1a_mix(
       static_cast<std::uint64_t>(e.role),
       fnv1a_mix(static_cast<std::uint64_t>(e.site.layer), fnv1a(e.site.op, fnv1a(e.site.scope))));
-  std::uint32_t found = site_index_.find(hash, [&](std::uint32_t i) {
-    const SiteKey& k = site_keys_[i];
-    return k.layer == e.site.layer && k.role == e.role && k.scope == e.site.scope &&
-           k.op == e.site.op;
-  });
-  if (found == HashIndex::kNone) {
-    found = static_cast<std::uint32_t>(site_keys_.size());
-    site_keys_.push_back({std::string(e.site.scope), std::string(e.site.op), e.site.layer, e.role});
-    site_index_.insert(hash, found);
-  }
-  return found;
+  return site_index_.find_or_add(
+      hash, site_keys_.size(),
+      [&](std::uint32_t i) {
+        const SiteKey& k = site_keys_[i];
+        return k.layer == e.site.layer && k.role == e.role && k.scope == e.site.scope &&
+               k.op == e.site.op;
+      },
+      [&] {
+        site_keys_.push_back(
+            {std::string(e.site.scope), std::string(e.site.op), e.site.layer, e.role});
+      });
 }
 
 void MemoryLedger::on_save(const SaveEvent& e) {

@@ -82,13 +82,9 @@ class TextTable {
   TextTable() { id(""); }  // id 0: the empty text
   std::string_view text(std::uint32_t id) const { return views_[id]; }
   std::uint32_t id(std::string_view text) {
-    const std::uint64_t hash = fnv1a(text);
-    std::uint32_t found = index_.find(hash, [&](std::uint32_t i) { return views_[i] == text; });
-    if (found != HashIndex::kNone) return found;
-    found = static_cast<std::uint32_t>(views_.size());
-    views_.push_back(texts_.emplace_back(text));  // views of the deque's copies, which never move
-    index_.insert(hash, found);
-    return found;
+    return index_.find_or_add(
+        fnv1a(text), views_.size(), [&](std::uint32_t i) { return views_[i] == text; },
+        [&] { views_.push_back(texts_.emplace_back(text)); });  // the deque's copies never move
   }
   // `text`'s id, trying `last` (the same field's id in the event before) first: consecutive
   // events mostly repeat their op, scope and placement, and comparing costs less than hashing.
@@ -106,7 +102,7 @@ class TextTable {
 // FNV-1a over each shape's rank and dims.
 struct ShapesFnv {
   std::uint64_t operator()(const std::vector<Shape>& shapes) const {
-    std::uint64_t h = fnv1a("");
+    std::uint64_t h = kFnv1aBasis;
     for (const Shape& s : shapes) {
       h = fnv1a_mix(s.dims().size(), h);
       for (std::int64_t d : s.dims()) h = fnv1a_mix(static_cast<std::uint64_t>(d), h);
@@ -126,15 +122,21 @@ class BasicShapeTable {
   const ShapeStrings& strings(std::uint32_t id) const { return strings_[id]; }
   std::uint32_t id(const std::vector<Shape>* shapes) {
     if (shapes == nullptr || shapes->empty()) return 0;
-    const std::uint64_t hash = Hash{}(*shapes);
-    std::uint32_t found =
-        index_.find(hash, [&](std::uint32_t i) { return same(runs_[i], *shapes); });
-    if (found != HashIndex::kNone) return found;
-    found = static_cast<std::uint32_t>(strings_.size());
+    return index_.find_or_add(
+        Hash{}(*shapes), strings_.size(), [&](std::uint32_t i) { return same(runs_[i], *shapes); },
+        [&] { add(*shapes); });
+  }
+
+ private:
+  struct Run {
+    std::size_t first = 0, size = 0;  // in dims_
+  };
+  // Appends the list's text and its run.
+  void add(const std::vector<Shape>& shapes) {
     std::vector<std::string> text;
-    text.reserve(shapes->size());
+    text.reserve(shapes.size());
     Run run{dims_.size(), 0};
-    for (const Shape& s : *shapes) {
+    for (const Shape& s : shapes) {
       text.push_back(s.str());
       dims_.push_back(static_cast<std::int64_t>(s.dims().size()));
       dims_.insert(dims_.end(), s.dims().begin(), s.dims().end());
@@ -142,14 +144,7 @@ class BasicShapeTable {
     run.size = dims_.size() - run.first;
     strings_.emplace_back(std::move(text));
     runs_.push_back(run);
-    index_.insert(hash, found);
-    return found;
   }
-
- private:
-  struct Run {
-    std::size_t first = 0, size = 0;  // in dims_
-  };
   bool same(const Run& run, const std::vector<Shape>& shapes) const {
     const std::int64_t* v = dims_.data() + run.first;
     const std::int64_t* end = v + run.size;
