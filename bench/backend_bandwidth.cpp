@@ -4,6 +4,7 @@
 //   gelu_forward     y = gelu(x)                     reads 1, writes 1
 //   dropout_forward  y = x * mask / (1 - p), mask    reads 1, writes 1 and a u8 mask
 //   add              out = a + b                     reads 2, writes 1
+//   permute          [s, b, a, d] -> [b, a, s, d]    reads 1, writes 1 (about --mib each)
 // Each op runs --reps times back to back after two untimed runs; a host clock times the reps and
 // one synchronising copy_to_host of a single element after them (the CUDA backend runs its work
 // on one stream, so that copy waits for every rep). Bandwidth = (bytes read + bytes written) per
@@ -13,6 +14,7 @@
 // missing device.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -84,6 +86,15 @@ std::vector<Measurement> measure(Context& ctx, const Options& o) {
        ms_per_rep(backend, y, o.reps, [&] { backend.dropout_forward(x, spec, mask, y); })});
   out.push_back({"add", 3 * tensor_bytes,
                  ms_per_rep(backend, y, o.reps, [&] { backend.add(x, b, 1.0, 1.0, y); })});
+  // Attention's change of layout, [s, b, a, d] -> [b, a, s, d] with b = 4, a = 8, d = 32 and s
+  // from --mib: rows of d elements, each written far from the one before it in the input.
+  const std::int64_t s = std::max<std::int64_t>(n / (4 * 8 * 32), 1);
+  const Tensor heads = Tensor::randn(ctx, {s, 4, 8, 32}, 3, 1.0, dtype);
+  Tensor by_head = Tensor::empty(ctx, {4, 8, s, 32}, dtype);
+  out.push_back(
+      {"permute", 2 * static_cast<double>(heads.bytes()), ms_per_rep(backend, by_head, o.reps, [&] {
+         backend.permute(heads, {1, 2, 0, 3}, by_head);
+       })});
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -390,6 +391,73 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   });
 }
 
+namespace {
+
+// The output's row dims of a permute whose last dim stays last and contiguous, coalesced (fewer
+// dims, the same offsets): each output row of `row` elements is one contiguous run of the input.
+// The rows are copied in tiles of the output's innermost row dim (`inner`, contiguous rows out)
+// and the dim along which input rows are contiguous (`across`): for every position of the other
+// dims, `block` positions of `inner` by every position of `across`, so that both sides read and
+// write runs of several rows. Row by row in output order, each row read from another page (heads'
+// [s, b, a, d] -> [b, a, s, d] at s=128: rows 4 KiB apart), took 4 times a copy's time and did not
+// go faster on two threads.
+struct RowTiles {
+  std::vector<std::int64_t> dims, in_step, out_step;  // row dims, in rows of the output
+  int inner = 0, across = 0;
+  std::int64_t row = 0, block = 0;
+};
+
+// The tiles of a permute (the output's dims and each one's input stride in elements), or none
+// where the last dim moves or no row dim steps one row of the input.
+std::optional<RowTiles> row_tiles(std::vector<std::int64_t> dims, std::vector<std::int64_t> steps,
+                                  std::size_t es) {
+  const int rank = kernels::coalesce_dims(static_cast<int>(dims.size()), dims.data(), steps.data());
+  if (rank < 3 || steps[static_cast<std::size_t>(rank - 1)] != 1) return std::nullopt;
+  RowTiles t;
+  t.row = dims[static_cast<std::size_t>(rank - 1)];
+  t.dims.assign(dims.begin(), dims.begin() + rank - 1);
+  t.in_step.assign(steps.begin(), steps.begin() + rank - 1);
+  t.out_step.assign(t.dims.size(), t.row);
+  for (std::size_t d = t.dims.size() - 1; d > 0; --d) t.out_step[d - 1] = t.out_step[d] * t.dims[d];
+  t.inner = static_cast<int>(t.dims.size()) - 1;
+  const auto across = std::find(t.in_step.begin(), t.in_step.end(), t.row);
+  if (across == t.in_step.end()) return std::nullopt;
+  t.across = static_cast<int>(across - t.in_step.begin());
+  // A tile of at most 32 KiB, so that it stays in the cache between its reads and writes.
+  const auto tile_rows = static_cast<std::int64_t>((std::size_t{32} << 10) / es) / t.row;
+  t.block = std::clamp<std::int64_t>(tile_rows / t.dims[static_cast<std::size_t>(t.across)], 1,
+                                     t.dims[static_cast<std::size_t>(t.inner)]);
+  return t;
+}
+
+// Copies the tiles [first, end) of `t` (numbered over the other row dims, then the blocks of
+// `inner`), with elements of type E.
+template <class E>
+void copy_row_tiles(const RowTiles& t, const E* in, E* out, std::int64_t first, std::int64_t end) {
+  const auto inner = static_cast<std::size_t>(t.inner), across = static_cast<std::size_t>(t.across);
+  const std::int64_t blocks = (t.dims[inner] + t.block - 1) / t.block;
+  for (std::int64_t tile = first; tile < end; ++tile) {
+    const std::int64_t b0 = (tile % blocks) * t.block, b1 = std::min(b0 + t.block, t.dims[inner]);
+    std::int64_t from = b0 * t.in_step[inner], to = b0 * t.out_step[inner];
+    for (std::size_t d = t.dims.size(), rest = static_cast<std::size_t>(tile / blocks); d-- > 0;) {
+      if (d == inner || d == across) continue;
+      const auto at = static_cast<std::int64_t>(rest % static_cast<std::size_t>(t.dims[d]));
+      rest /= static_cast<std::size_t>(t.dims[d]);
+      from += at * t.in_step[d];
+      to += at * t.out_step[d];
+    }
+    for (std::int64_t j = 0; j < t.dims[across]; ++j) {
+      for (std::int64_t i = b0; i < b1; ++i) {
+        const E* src = in + from + j * t.in_step[across] + (i - b0) * t.in_step[inner];
+        E* dst = out + to + j * t.out_step[across] + (i - b0) * t.out_step[inner];
+        for (std::int64_t k = 0; k < t.row; ++k) dst[k] = src[k];
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) {
   const int r = src.rank();
   const std::size_t es = dtype_size(src.dtype());
@@ -405,6 +473,25 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   const std::int64_t last = r ? dst.shape()[r - 1] : 1;
   const std::int64_t last_step = r ? in_step[static_cast<std::size_t>(r - 1)] : 0;
   if (n == 0 || last == 0) return;
+  if (const std::optional<RowTiles> tiles = row_tiles(dst.shape().dims(), in_step, es)) {
+    std::int64_t count =
+        (tiles->dims[static_cast<std::size_t>(tiles->inner)] + tiles->block - 1) / tiles->block;
+    for (std::size_t d = 0; d < tiles->dims.size(); ++d) {
+      if (d != static_cast<std::size_t>(tiles->inner) &&
+          d != static_cast<std::size_t>(tiles->across))
+        count *= tiles->dims[d];
+    }
+    const std::int64_t per_tile = n / count;
+    const bool copied = with_unsigned_of_size(es, [&](auto element) {
+      using E = decltype(element);
+      threads_.parallel_for(count, std::max<std::int64_t>(kCheapGrain / per_tile, 1),
+                            [&](std::int64_t first, std::int64_t end) {
+                              copy_row_tiles(*tiles, reinterpret_cast<const E*>(in),
+                                             reinterpret_cast<E*>(out), first, end);
+                            });
+    });
+    if (copied) return;
+  }
   const std::int64_t rows = n / last;
   const std::int64_t* dims = dst.shape().dims().data();
   threads_.parallel_for(
