@@ -10,18 +10,20 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 namespace shardscope::cpu {
 
 inline float exp_float(float x) {
-  constexpr float kHigh = 88.72283905f;  // ln(FLT_MAX): above it, +inf
-  constexpr float kLow = -104.0f;        // exp(x) < 2^-150 below it: rounds to 0
+  // Above ln(FLT_MAX) = 88.7228 the last product overflows to +inf by itself; 89 keeps 2^n finite.
+  constexpr float kHigh = 89.0f;
+  constexpr float kLow = -104.0f;  // exp(x) < 2^-150 below it: rounds to 0
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
-  // Clamped, NaN as 0 (so that every conversion below is defined); both restored at the end.
-  const float c = x < kLow ? kLow : (x > kHigh ? kHigh : (x == x ? x : 0.0f));
+  // Clamped, NaN as kLow (so that every conversion below is defined; restored at the end): a
+  // maximum and a minimum, each one instruction when vectorised.
+  const float low = x > kLow ? x : kLow;
+  const float c = low < kHigh ? low : kHigh;
   const float n = (c * kLog2e + kRound) - kRound;  // round(c / ln2), in [-150, 128]
   const float r = (c - n * kLn2High) - n * kLn2Low;
   float p = 1.9875691500e-4f;
@@ -31,16 +33,16 @@ inline float exp_float(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  // 2^n = 2^half 2^(n - half), each a normal float for n in [-150, 128].
-  const std::int32_t whole = static_cast<std::int32_t>(n), half = whole / 2;
+  // 2^n = 2^half 2^(n - half), each a normal float for n in [-150, 128] (half rounds down: one
+  // shift; the first product is exact, the second rounds once).
+  const std::int32_t whole = static_cast<std::int32_t>(n), half = whole >> 1;
   const std::uint32_t bits1 = static_cast<std::uint32_t>(half + 127) << 23;
   const std::uint32_t bits2 = static_cast<std::uint32_t>(whole - half + 127) << 23;
   float scale1, scale2;
   std::memcpy(&scale1, &bits1, sizeof scale1);
   std::memcpy(&scale2, &bits2, sizeof scale2);
   const float result = p * scale1 * scale2;
-  const float overflowed = x > kHigh ? std::numeric_limits<float>::infinity() : result;
-  return x != x ? x : overflowed;
+  return x != x ? x : result;
 }
 
 // v[j] = exp(v[j]) for j < n: exp_float in a loop compiled for AVX-512, for AVX2 with FMA and

@@ -47,6 +47,14 @@ TEST(ExpFloats, SubnormalResultsLimitsAndNaN) {
   EXPECT_EQ(cpu::exp_float(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_TRUE(std::isnan(cpu::exp_float(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_LT(cpu::exp_float(88.72f), std::numeric_limits<float>::infinity());
+  // Either side of ln(FLT_MAX) = 88.7228391: the largest finite result, then +inf from the
+  // product itself (below the clamp at 89).
+  const float below = 88.72283172607421875f;  // the float before 88.72283935546875
+  EXPECT_LT(cpu::exp_float(below), std::numeric_limits<float>::infinity());
+  EXPECT_GT(cpu::exp_float(below), 0.99f * std::numeric_limits<float>::max());
+  EXPECT_EQ(cpu::exp_float(std::nextafter(88.72283935546875f, 100.0f)),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(cpu::exp_float(88.99f), std::numeric_limits<float>::infinity());
 }
 
 TEST(ExpFloats, TheLoopThisCpuRunsIsAsCloseToExact) {
