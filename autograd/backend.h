@@ -11,6 +11,7 @@
 
 #include "autograd/errors.h"
 #include "autograd/gemm.h"
+#include "autograd/strided_copy.h"
 #include "autograd/tensor.h"
 
 namespace shardscope {
@@ -62,6 +63,9 @@ class Backend {
   // dst[.., dst_offset + i, ..] = src[.., src_offset + i, ..] along `dim`, for i < count.
   virtual void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
                           std::int64_t dst_offset, std::int64_t count) = 0;
+  // The copy `copy` describes (autograd/strided_copy.h), from src's elements to dst's (one
+  // dtype; bits moved). Throws ArgumentError where copy.validate does.
+  virtual void copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) = 0;
 
   // Elementwise. `b` may have a suffix of `a`'s shape and then repeats over a's leading dims.
   virtual void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) = 0;

@@ -68,6 +68,18 @@ Tensor transpose(const Tensor& x, int dim0, int dim1);
 std::vector<Tensor> split(const Tensor& x, int dim, const std::vector<std::int64_t>& sizes);
 std::vector<Tensor> chunk(const Tensor& x, int dim, int chunks);  // equal parts
 Tensor concat(const std::vector<Tensor>& xs, int dim);
+// Attention's heads out of x [s, b, W], whose last dim holds heads of d columns (the fused qkv
+// product's output): part i is `heads` heads, the first starting at column `first`, each `stride`
+// columns after the one before, copied out as [b, heads, s, d]. The parts must cover each of the W
+// columns once. Backward writes their gradients back into one [s, b, W]. One copy each way, where
+// a permute and a split (or a split and permutes) made two.
+struct HeadColumns {
+  std::int64_t first = 0;
+  std::int64_t heads = 0;
+  std::int64_t stride = 0;
+};
+std::vector<Tensor> head_split(const Tensor& x, std::int64_t d,
+                               const std::vector<HeadColumns>& parts);
 
 // Reductions to a one-element tensor of shape [].
 Tensor sum(const Tensor& x);

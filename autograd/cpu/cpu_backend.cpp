@@ -26,50 +26,9 @@ namespace shardscope {
 
 using cpu::dispatch_floating;
 using cpu::kCheapGrain;
+using kernels::with_unsigned_of_size;
 
 namespace {
-
-// Calls f(U{}) with U the unsigned integer of `es` bytes (1, 2, 4 or 8), for loops that move
-// elements whatever their dtype; false, without calling f, for any other size.
-template <class F>
-bool with_unsigned_of_size(std::size_t es, F&& f) {
-  switch (es) {
-    case 1:
-      f(std::uint8_t{});
-      return true;
-    case 2:
-      f(std::uint16_t{});
-      return true;
-    case 4:
-      f(std::uint32_t{});
-      return true;
-    case 8:
-      f(std::uint64_t{});
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Copies `count` elements of `es` bytes from `in` with a stride of `step` elements to `out`.
-void strided_copy(unsigned char* out, const unsigned char* in, std::int64_t count,
-                  std::int64_t step, std::size_t es) {
-  if (step == 1) {
-    std::memcpy(out, in, static_cast<std::size_t>(count) * es);
-    return;
-  }
-  auto copy_as = [&](auto tag) {
-    using T = decltype(tag);
-    T* o = reinterpret_cast<T*>(out);
-    for (std::int64_t j = 0; j < count; ++j)
-      std::memcpy(o + j, in + j * step * sizeof(T), sizeof(T));
-  };
-  if (with_unsigned_of_size(es, copy_as)) return;
-  for (std::int64_t j = 0; j < count; ++j) {
-    std::memcpy(out + static_cast<std::size_t>(j) * es,
-                in + static_cast<std::size_t>(j * step) * es, es);
-  }
-}
 
 // Elements [begin, end) of a tensor whose operand b of nb elements repeats along it, as runs that
 // do not wrap around b: f(i, j, len) for elements i .. i + len of the tensor and j .. j + len of b.
@@ -393,63 +352,79 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
 
 namespace {
 
-// The output's row dims of a permute whose last dim stays last and contiguous, coalesced (fewer
-// dims, the same offsets): each output row of `row` elements is one contiguous run of the input.
-// The rows are copied in tiles of the output's innermost row dim (`inner`, contiguous rows out)
-// and the dim along which input rows are contiguous (`across`): for every position of the other
-// dims, `block` positions of `inner` by every position of `across`, so that both sides read and
-// write runs of several rows. Row by row in output order, each row read from another page (heads'
-// [s, b, a, d] -> [b, a, s, d] at s=128: rows 4 KiB apart), took 4 times a copy's time and did not
-// go faster on two threads.
-struct RowTiles {
-  std::vector<std::int64_t> dims, in_step, out_step;  // row dims, in rows of the output
-  int inner = 0, across = 0;
-  std::int64_t row = 0, block = 0;
+// A strided copy (StridedCopy, a permute) as rows: its dims coalesced on both sides, the last one
+// the row where it is contiguous on both (else rows of one element), copied in tiles of two row
+// dims: a block of `inner`, the dim along which output rows follow each other, by every position
+// of `across`, the one along which input rows do, for each position of the other dims. Both sides
+// of a tile then read and write runs of several rows. Row by row in output order, the heads'
+// [s, b, a, d] -> [b, a, s, d] at s=128 read each row from another page (rows 4 KiB apart): a
+// memcpy a row took 4 times a copy's time and did not go faster on two threads.
+struct RowCopy {
+  std::vector<std::int64_t> dims, in_step, out_step;  // the row dims, steps in elements
+  std::int64_t row = 1;
+  std::size_t inner = 0;
+  std::optional<std::size_t> across;  // none: a tile is a run of `inner` alone
+  std::int64_t block = 1, tiles = 0;
 };
 
-// The tiles of a permute (the output's dims and each one's input stride in elements), or none
-// where the last dim moves or no row dim steps one row of the input.
-std::optional<RowTiles> row_tiles(std::vector<std::int64_t> dims, std::vector<std::int64_t> steps,
-                                  std::size_t es) {
-  const int rank = kernels::coalesce_dims(static_cast<int>(dims.size()), dims.data(), steps.data());
-  if (rank < 3 || steps[static_cast<std::size_t>(rank - 1)] != 1) return std::nullopt;
-  RowTiles t;
-  t.row = dims[static_cast<std::size_t>(rank - 1)];
-  t.dims.assign(dims.begin(), dims.begin() + rank - 1);
-  t.in_step.assign(steps.begin(), steps.begin() + rank - 1);
-  t.out_step.assign(t.dims.size(), t.row);
-  for (std::size_t d = t.dims.size() - 1; d > 0; --d) t.out_step[d - 1] = t.out_step[d] * t.dims[d];
-  t.inner = static_cast<int>(t.dims.size()) - 1;
-  const auto across = std::find(t.in_step.begin(), t.in_step.end(), t.row);
-  if (across == t.in_step.end()) return std::nullopt;
-  t.across = static_cast<int>(across - t.in_step.begin());
-  // A tile of at most 32 KiB, so that it stays in the cache between its reads and writes.
-  const auto tile_rows = static_cast<std::int64_t>((std::size_t{32} << 10) / es) / t.row;
-  t.block = std::clamp<std::int64_t>(tile_rows / t.dims[static_cast<std::size_t>(t.across)], 1,
-                                     t.dims[static_cast<std::size_t>(t.inner)]);
+RowCopy plan_rows(std::vector<std::int64_t> dims, std::vector<std::int64_t> in,
+                  std::vector<std::int64_t> out, std::size_t es) {
+  const auto rank = static_cast<std::size_t>(
+      kernels::coalesce_dims2(static_cast<int>(dims.size()), dims.data(), in.data(), out.data()));
+  dims.resize(rank);
+  in.resize(rank);
+  out.resize(rank);
+  RowCopy t;
+  if (in.back() == 1 && out.back() == 1) {
+    t.row = dims.back();
+    dims.pop_back(), in.pop_back(), out.pop_back();
+  }
+  if (dims.empty()) dims = in = out = {1};  // one row
+  t.dims = std::move(dims), t.in_step = std::move(in), t.out_step = std::move(out);
+  const std::size_t n = t.dims.size();
+  t.inner = n - 1;
+  for (std::size_t d = 0; d < n; ++d) {
+    if (t.out_step[d] == t.row) t.inner = d;
+  }
+  for (std::size_t d = 0; d < n; ++d) {
+    if (d != t.inner && t.in_step[d] == t.row) t.across = d;
+  }
+  t.block = t.dims[t.inner];
+  if (t.across) {
+    // A tile of at most 32 KiB, so that it stays in the cache between its reads and writes.
+    const auto tile_rows = static_cast<std::int64_t>((std::size_t{32} << 10) / es) / t.row;
+    t.block = std::clamp<std::int64_t>(tile_rows / t.dims[*t.across], 1, t.dims[t.inner]);
+  }
+  t.tiles = (t.dims[t.inner] + t.block - 1) / t.block;
+  for (std::size_t d = 0; d < n; ++d) {
+    if (d != t.inner && d != t.across) t.tiles *= t.dims[d];
+  }
   return t;
 }
 
 // Copies the tiles [first, end) of `t` (numbered over the other row dims, then the blocks of
 // `inner`), with elements of type E.
 template <class E>
-void copy_row_tiles(const RowTiles& t, const E* in, E* out, std::int64_t first, std::int64_t end) {
-  const auto inner = static_cast<std::size_t>(t.inner), across = static_cast<std::size_t>(t.across);
+void copy_row_tiles(const RowCopy& t, const E* in, E* out, std::int64_t first, std::int64_t end) {
+  const std::size_t inner = t.inner;
   const std::int64_t blocks = (t.dims[inner] + t.block - 1) / t.block;
+  const std::int64_t across = t.across ? t.dims[*t.across] : 1;
+  const std::int64_t across_in = t.across ? t.in_step[*t.across] : 0;
+  const std::int64_t across_out = t.across ? t.out_step[*t.across] : 0;
   for (std::int64_t tile = first; tile < end; ++tile) {
     const std::int64_t b0 = (tile % blocks) * t.block, b1 = std::min(b0 + t.block, t.dims[inner]);
     std::int64_t from = b0 * t.in_step[inner], to = b0 * t.out_step[inner];
     for (std::size_t d = t.dims.size(), rest = static_cast<std::size_t>(tile / blocks); d-- > 0;) {
-      if (d == inner || d == across) continue;
+      if (d == inner || d == t.across) continue;
       const auto at = static_cast<std::int64_t>(rest % static_cast<std::size_t>(t.dims[d]));
       rest /= static_cast<std::size_t>(t.dims[d]);
       from += at * t.in_step[d];
       to += at * t.out_step[d];
     }
-    for (std::int64_t j = 0; j < t.dims[across]; ++j) {
-      for (std::int64_t i = b0; i < b1; ++i) {
-        const E* src = in + from + j * t.in_step[across] + (i - b0) * t.in_step[inner];
-        E* dst = out + to + j * t.out_step[across] + (i - b0) * t.out_step[inner];
+    for (std::int64_t j = 0; j < across; ++j) {
+      for (std::int64_t i = 0; i < b1 - b0; ++i) {
+        const E* src = in + from + j * across_in + i * t.in_step[inner];
+        E* dst = out + to + j * across_out + i * t.out_step[inner];
         for (std::int64_t k = 0; k < t.row; ++k) dst[k] = src[k];
       }
     }
@@ -458,68 +433,50 @@ void copy_row_tiles(const RowTiles& t, const E* in, E* out, std::int64_t first, 
 
 }  // namespace
 
+// The elements of `in` at in_step offsets to those of `out` at out_step offsets, over `dims`.
+void CpuBackend::copy_rows(const std::vector<std::int64_t>& dims,
+                           const std::vector<std::int64_t>& in_step, const void* in,
+                           const std::vector<std::int64_t>& out_step, void* out, DType dtype) {
+  std::int64_t n = 1;
+  for (std::int64_t d : dims) n *= d;
+  if (n == 0) return;
+  const std::size_t es = dtype_size(dtype);
+  const RowCopy t = plan_rows(dims, in_step, out_step, es);
+  const std::int64_t per_tile = std::max<std::int64_t>(n / t.tiles, 1);
+  const bool copied = with_unsigned_of_size(es, [&](auto element) {
+    using E = decltype(element);
+    threads_.parallel_for(t.tiles, std::max<std::int64_t>(kCheapGrain / per_tile, 1),
+                          [&](std::int64_t first, std::int64_t end) {
+                            copy_row_tiles(t, static_cast<const E*>(in), static_cast<E*>(out),
+                                           first, end);
+                          });
+  });
+  if (!copied) {
+    throw ArgumentError(std::string("copy: elements of 1, 2, 4 or 8 bytes expected, given ") +
+                        dtype_name(dtype));
+  }
+}
+
 void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) {
-  const int r = src.rank();
-  const std::size_t es = dtype_size(src.dtype());
   const std::vector<std::int64_t> in_strides = src.shape().strides();
   // `in_step[d]` is how far the input moves for output dim d.
-  std::vector<std::int64_t> in_step(static_cast<std::size_t>(r));
-  for (int d = 0; d < r; ++d)
-    in_step[static_cast<std::size_t>(d)] =
-        in_strides[static_cast<std::size_t>(perm[static_cast<std::size_t>(d)])];
-  const auto* in = static_cast<const unsigned char*>(src.raw_data());
-  auto* out = static_cast<unsigned char*>(dst.raw_data());
-  const std::int64_t n = dst.numel();
-  const std::int64_t last = r ? dst.shape()[r - 1] : 1;
-  const std::int64_t last_step = r ? in_step[static_cast<std::size_t>(r - 1)] : 0;
-  if (n == 0 || last == 0) return;
-  if (const std::optional<RowTiles> tiles = row_tiles(dst.shape().dims(), in_step, es)) {
-    std::int64_t count =
-        (tiles->dims[static_cast<std::size_t>(tiles->inner)] + tiles->block - 1) / tiles->block;
-    for (std::size_t d = 0; d < tiles->dims.size(); ++d) {
-      if (d != static_cast<std::size_t>(tiles->inner) &&
-          d != static_cast<std::size_t>(tiles->across))
-        count *= tiles->dims[d];
-    }
-    const std::int64_t per_tile = n / count;
-    const bool copied = with_unsigned_of_size(es, [&](auto element) {
-      using E = decltype(element);
-      threads_.parallel_for(count, std::max<std::int64_t>(kCheapGrain / per_tile, 1),
-                            [&](std::int64_t first, std::int64_t end) {
-                              copy_row_tiles(*tiles, reinterpret_cast<const E*>(in),
-                                             reinterpret_cast<E*>(out), first, end);
-                            });
-    });
-    if (copied) return;
-  }
-  const std::int64_t rows = n / last;
-  const std::int64_t* dims = dst.shape().dims().data();
-  threads_.parallel_for(
-      rows, std::max<std::int64_t>(kCheapGrain / last, 1),
-      [&](std::int64_t first, std::int64_t end) {
-        // The input offset of the chunk's first output row as the CUDA kernel finds it per element
-        // (kernels::strided_index), then row by row as an odometer over the output's leading
-        // dims: a step adds in_step of the dim that moves and rewinds the dims that wrap, with no
-        // division per row.
-        std::vector<std::int64_t> at(static_cast<std::size_t>(r), 0);
-        for (std::int64_t d = r - 2, rest = first; d >= 0; --d) {
-          at[static_cast<std::size_t>(d)] = rest % dims[d];
-          rest /= dims[d];
-        }
-        std::int64_t offset = kernels::strided_index(first * last, r, dims, in_step.data());
-        for (std::int64_t row = first; row < end; ++row) {
-          const std::int64_t o = row * last;
-          strided_copy(out + static_cast<std::size_t>(o) * es,
-                       in + static_cast<std::size_t>(offset) * es, last, last_step, es);
-          for (int d = r - 2; d >= 0; --d) {
-            const auto u = static_cast<std::size_t>(d);
-            offset += in_step[u];
-            if (++at[u] < dims[d]) break;
-            offset -= dims[d] * in_step[u];
-            at[u] = 0;
-          }
-        }
-      });
+  std::vector<std::int64_t> in_step(perm.size());
+  for (std::size_t d = 0; d < perm.size(); ++d)
+    in_step[d] = in_strides[static_cast<std::size_t>(perm[d])];
+  copy_rows(dst.shape().dims(), in_step, src.raw_data(), dst.shape().strides(), dst.raw_data(),
+            src.dtype());
+}
+
+void CpuBackend::copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) {
+  copy.validate(src.numel(), dst.numel());
+  const std::size_t es = dtype_size(src.dtype());
+  copy_rows(
+      copy.dims, copy.src_strides,
+      static_cast<const unsigned char*>(src.raw_data()) +
+          static_cast<std::size_t>(copy.src_offset) * es,
+      copy.dst_strides,
+      static_cast<unsigned char*>(dst.raw_data()) + static_cast<std::size_t>(copy.dst_offset) * es,
+      src.dtype());
 }
 
 void CpuBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,

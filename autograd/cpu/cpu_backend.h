@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   void permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) override;
   void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
                   std::int64_t dst_offset, std::int64_t count) override;
+  void copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) override;
 
   void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) override;
   void mul(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -89,6 +90,10 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits) override;
 
  private:
+  // permute's and copy_strided's copy: for every index i over dims, out[sum i_d out_step[d]] =
+  // in[sum i_d in_step[d]], in tiles of rows (cpu_backend.cpp).
+  void copy_rows(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& in_step,
+                 const void* in, const std::vector<std::int64_t>& out_step, void* out, DType dtype);
   // A bf16 / f16 product: f32 copies of the operands through the f32 GEMM, C rounded once.
   template <class T>
   void gemm_through_f32(const GemmDesc& desc, const void* a, const void* b, void* c);

@@ -129,6 +129,7 @@ class CudaBackend final : public Backend {
   void permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) override;
   void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
                   std::int64_t dst_offset, std::int64_t count) override;
+  void copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) override;
 
   void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) override;
   void mul(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -258,18 +259,8 @@ void CudaBackend::lower_triangle(const TriangleDesc& d, DType dtype, const void*
                                                       d.stride_src, static_cast<Word*>(dst),
                                                       d.ld_dst, d.stride_dst, d.n, n);
   };
-  switch (dtype_size(dtype)) {
-    case 1:
-      launch(std::uint8_t{});
-      break;
-    case 2:
-      launch(std::uint16_t{});
-      break;
-    case 4:
-      launch(std::uint32_t{});
-      break;
-    default:
-      launch(std::uint64_t{});
+  if (!kernels::with_unsigned_of_size(dtype_size(dtype), launch)) {
+    throw unsupported_dtype("lower_triangle", dtype);
   }
   SS_CUDA_CHECK_LAUNCH("lower_triangle");
 }
@@ -334,6 +325,35 @@ void CudaBackend::permute(const Tensor& src, const std::vector<int>& perm, Tenso
       break;
   }
   SS_CUDA_CHECK_LAUNCH("permute");
+}
+
+// One thread an element, the two maps coalesced together (kernels::coalesce_dims2).
+void CudaBackend::copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) {
+  activate();
+  copy.validate(src.numel(), dst.numel());
+  const std::int64_t n = copy.numel();
+  if (!n) return;
+  k::IndexMap from = index_map(copy.dims, copy.src_strides, "copy_strided");
+  k::IndexMap to;
+  std::copy(copy.dims.begin(), copy.dims.end(), from.dims);
+  std::copy(copy.src_strides.begin(), copy.src_strides.end(), from.strides);
+  std::copy(copy.dst_strides.begin(), copy.dst_strides.end(), to.strides);
+  from.rank = to.rank = kernels::coalesce_dims2(static_cast<int>(copy.dims.size()), from.dims,
+                                                from.strides, to.strides);
+  std::copy(from.dims, from.dims + from.rank, to.dims);
+  const std::size_t es = dtype_size(src.dtype());
+  const auto* in = static_cast<const unsigned char*>(src.raw_data()) +
+                   static_cast<std::size_t>(copy.src_offset) * es;
+  auto* out =
+      static_cast<unsigned char*>(dst.raw_data()) + static_cast<std::size_t>(copy.dst_offset) * es;
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    k::copy_strided<<<grid_for(n), kThreads, 0, stream_>>>(
+        reinterpret_cast<const Word*>(in), reinterpret_cast<Word*>(out), n, from, to);
+  };
+  if (!kernels::with_unsigned_of_size(es, launch))
+    throw unsupported_dtype("copy_strided", src.dtype());
+  SS_CUDA_CHECK_LAUNCH("copy_strided");
 }
 
 // `outer` rows of count * inner elements, with the source's and destination's row pitches. A

@@ -90,6 +90,15 @@ __global__ void permute(const Word* in, Word* out, std::int64_t n, IndexMap out_
   }
 }
 
+// out[to(i)] = in[from(i)] for i < n: a strided copy's two maps (StridedCopy), over the same dims.
+template <class Word>
+__global__ void copy_strided(const Word* in, Word* out, std::int64_t n, IndexMap from,
+                             IndexMap to) {
+  SS_GRID_STRIDE(i, n) {
+    out[mapped_index(i, to)] = in[mapped_index(i, from)];
+  }
+}
+
 // out = alpha a + beta b, b repeating every nb elements (a suffix of a's shape).
 template <class T>
 __global__ void add(const T* a, const T* b, T* out, std::int64_t n, std::int64_t nb, T alpha,

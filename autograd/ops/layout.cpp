@@ -1,4 +1,4 @@
-// Layout ops: reshape (a view), permute, transpose, split, chunk, concat (copies).
+// Layout ops: reshape (a view), permute, transpose, split, chunk, concat, head_split (copies).
 #include <numeric>
 #include <string>
 
@@ -76,6 +76,21 @@ std::vector<Tensor> cut(const Tensor& x, int dim, const std::vector<std::int64_t
     offset += n;
   }
   return out;
+}
+
+// Part p of head_split's x [s, b, W] as [b, heads, s, d]: the map from the part's index to x's
+// elements (on the source side for forward, the destination side for backward).
+StridedCopy head_copy(const Shape& x, std::int64_t d, const HeadColumns& p, bool into_x) {
+  const std::int64_t s = x[0], b = x[1], w = x[2];
+  StridedCopy c;
+  c.dims = {b, p.heads, s, d};
+  const std::vector<std::int64_t> in_x = {w, p.stride, b * w, 1};
+  const std::vector<std::int64_t> packed = Shape(c.dims).strides();
+  c.src_offset = into_x ? 0 : p.first;
+  c.dst_offset = into_x ? p.first : 0;
+  c.src_strides = into_x ? packed : in_x;
+  c.dst_strides = into_x ? in_x : packed;
+  return c;
 }
 
 }  // namespace
@@ -193,6 +208,61 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
     r.record([sizes, d](Node&, const std::vector<Tensor>& g) { return cut(g[0], d, sizes); });
   }
   return r.finish(y);
+}
+
+std::vector<Tensor> head_split(const Tensor& x, std::int64_t d,
+                               const std::vector<HeadColumns>& parts) {
+  OpRecord r("head_split", {x});
+  ops_detail::check_defined(r, x, "x");
+  if (x.rank() != 3 || d < 1 || x.shape()[2] % d != 0) {
+    throw ShapeError(r.where() + ": x must be [s, b, W] with W a multiple of d = " +
+                     std::to_string(d) + ", given " + x.describe());
+  }
+  if (parts.empty()) throw ShapeError(r.where() + ": no parts given");
+  const std::int64_t w = x.shape()[2];
+  std::vector<int> covered(static_cast<std::size_t>(w), 0);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const HeadColumns& p = parts[i];
+    const std::string part = "part " + std::to_string(i) + " (first " + std::to_string(p.first) +
+                             ", heads " + std::to_string(p.heads) + ", stride " +
+                             std::to_string(p.stride) + ")";
+    if (p.heads < 1 || p.first < 0 || (p.heads > 1 && p.stride < d) ||
+        p.first + (p.heads - 1) * p.stride + d > w) {
+      throw ShapeError(
+          r.where() + ": " + part + " must be 1 or more heads of d = " + std::to_string(d) +
+          " columns, apart, within the " + std::to_string(w) + " columns of " + x.describe());
+    }
+    for (std::int64_t h = 0; h < p.heads; ++h) {
+      for (std::int64_t c = 0; c < d; ++c)
+        ++covered[static_cast<std::size_t>(p.first + h * p.stride + c)];
+    }
+  }
+  for (std::int64_t c = 0; c < w; ++c) {
+    const int n = covered[static_cast<std::size_t>(c)];
+    if (n != 1) {
+      throw ShapeError(r.where() + ": the parts must cover each column of " + x.describe() +
+                       " once; column " + std::to_string(c) + " is in " + std::to_string(n));
+    }
+  }
+  std::vector<Tensor> outs;
+  for (const HeadColumns& p : parts) {
+    const StridedCopy c = head_copy(x.shape(), d, p, false);
+    Tensor out = ops_detail::new_tensor(x.ctx(), Shape(c.dims), x.dtype());  // written whole
+    x.ctx().backend().copy_strided(c, x, out);
+    outs.push_back(out);
+  }
+  if (r.needs_grad()) {
+    const Shape in = x.shape();
+    r.record([in, d, parts](Node& n, const std::vector<Tensor>& g) {
+      // The parts cover every column: the gradient is written whole.
+      Tensor dx = ops_detail::new_tensor(n.ctx(), in, g.front().dtype());
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        n.ctx().backend().copy_strided(head_copy(in, d, parts[i], true), g[i], dx);
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return r.finish(std::move(outs));
 }
 
 }  // namespace shardscope

@@ -170,6 +170,26 @@ void ReferenceBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_o
   }
 }
 
+// For each index i over copy.dims, in the order of a row-major walk:
+//   dst[dst_offset + sum_d i_d dst_strides[d]] = src[src_offset + sum_d i_d src_strides[d]].
+void ReferenceBackend::copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) {
+  copy.validate(src.numel(), dst.numel());
+  const std::size_t es = dtype_size(src.dtype());
+  const auto* in = static_cast<const unsigned char*>(src.raw_data());
+  auto* out = static_cast<unsigned char*>(dst.raw_data());
+  const Shape dims(copy.dims);
+  for (std::int64_t e = 0; e < copy.numel(); ++e) {
+    const std::vector<std::int64_t> index = unravel(e, dims);
+    std::int64_t from = copy.src_offset, to = copy.dst_offset;
+    for (std::size_t d = 0; d < index.size(); ++d) {
+      from += index[d] * copy.src_strides[d];
+      to += index[d] * copy.dst_strides[d];
+    }
+    std::memcpy(out + static_cast<std::size_t>(to) * es, in + static_cast<std::size_t>(from) * es,
+                es);
+  }
+}
+
 // out[i] = alpha a[i] + beta b[i mod numel(b)]  (b's shape is a suffix of a's: it repeats).
 void ReferenceBackend::add(const Tensor& a, const Tensor& b, double alpha, double beta,
                            Tensor& out) {

@@ -31,6 +31,7 @@ class ReferenceBackend final : public Backend {
   void permute(const Tensor& src, const std::vector<int>& perm, Tensor& dst) override;
   void copy_slice(const Tensor& src, int dim, std::int64_t src_offset, Tensor& dst,
                   std::int64_t dst_offset, std::int64_t count) override;
+  void copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) override;
 
   void add(const Tensor& a, const Tensor& b, double alpha, double beta, Tensor& out) override;
   void mul(const Tensor& a, const Tensor& b, Tensor& out) override;

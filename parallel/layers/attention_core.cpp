@@ -14,16 +14,17 @@ HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64
                         std::int64_t kv_heads) {
   ScopeGuard scope(qkv.ctx(), decl::layer(config).heads.scope);
   const std::int64_t d = config.head_dim();
-  const std::int64_t s = qkv.dim(0), b = qkv.dim(1);
-  if (config.kv_heads_count() != config.heads) {  // [s, b, heads, d] -> [b, heads, s, d]
-    const HeadTensors p = split_grouped_by_position(config, qkv, heads, kv_heads);
-    return {permute(p.q, {1, 2, 0, 3}), permute(p.k, {1, 2, 0, 3}), permute(p.v, {1, 2, 0, 3})};
+  const std::int64_t kv = kv_heads ? kv_heads : heads;
+  std::vector<HeadColumns> parts;
+  if (config.kv_heads_count() != config.heads) {
+    // [s, b, heads d | kv_heads (k, v) d] -> q [b, heads, s, d], k and v [b, kv_heads, s, d]
+    parts = {{0, heads, d}, {heads * d, kv, 2 * d}, {heads * d + d, kv, 2 * d}};
+  } else {
+    // [s, b, heads (q, k, v) d] -> q, k, v [b, heads, s, d]
+    parts = {{0, heads, 3 * d}, {d, heads, 3 * d}, {2 * d, heads, 3 * d}};
   }
-  // [s, b, heads, 3, d] -> [3, b, heads, s, d] -> q, k, v
-  Tensor grouped = permute(reshape(qkv, {s, b, heads, 3, d}), {3, 1, 2, 0, 4});
-  std::vector<Tensor> parts = chunk(grouped, 0, 3);
-  return {reshape(parts[0], {b, heads, s, d}), reshape(parts[1], {b, heads, s, d}),
-          reshape(parts[2], {b, heads, s, d})};
+  const std::vector<Tensor> qkv_heads = head_split(qkv, d, parts);
+  return {qkv_heads[0], qkv_heads[1], qkv_heads[2]};
 }
 
 HeadTensors split_grouped_by_position(const LayerConfig& config, const Tensor& qkv,

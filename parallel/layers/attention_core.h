@@ -19,8 +19,8 @@ struct HeadTensors {
 // The attention's projection [s, b, columns] -> q, k, v [b, heads, s, d], d = config.head_dim(),
 // for `heads` query heads and `kv_heads` key/value heads (0: `heads`): GPT's fused columns
 // grouped by head ([heads, 3, d]), or under grouped-query attention the query columns
-// [heads * d] then the key/value columns grouped by head ([kv_heads, 2, d]). Scope: attn.heads's
-// (layer_decl.h).
+// [heads * d] then the key/value columns grouped by head ([kv_heads, 2, d]); one copy each way
+// (head_split). Scope: attn.heads's (layer_decl.h).
 HeadTensors split_heads(const LayerConfig& config, const Tensor& qkv, std::int64_t heads,
                         std::int64_t kv_heads = 0);
 // Grouped-query attention's columns [s, b, heads * d + kv_heads * 2 d] -> q [s, b, heads, d], k

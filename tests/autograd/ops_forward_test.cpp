@@ -424,6 +424,52 @@ TEST_P(OpsForward, ReshapeIsAViewAndSplitConcatRoundTrip) {
   EXPECT_EQ(concat(chunk(x, -1, 3), -1).to_vector(), xv);
 }
 
+// head_split gives what the layer's permute and split gave before it (one copy instead of two):
+// GPT's columns grouped by head [s, b, a, 3, d], and grouped-query attention's [s, b, a d | g 2 d].
+TEST_P(OpsForward, HeadSplitMovesWhatAPermuteAndASplitMoved) {
+  const std::int64_t s = 5, b = 3, a = 4, d = 2, g = 2;
+  const Tensor fused = const64(ctx, {s, b, a * 3 * d}, 19);
+  const std::vector<Tensor> by_head =
+      head_split(fused, d, {{0, a, 3 * d}, {d, a, 3 * d}, {2 * d, a, 3 * d}});
+  const std::vector<Tensor> parts =
+      chunk(permute(reshape(fused, {s, b, a, 3, d}), {3, 1, 2, 0, 4}), 0, 3);
+  ASSERT_EQ(by_head.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(by_head[i].shape(), Shape({b, a, s, d}));
+    EXPECT_EQ(by_head[i].to_vector(), parts[i].to_vector()) << "part " << i;
+  }
+  const Tensor grouped = const64(ctx, {s, b, a * d + g * 2 * d}, 20);
+  const std::vector<Tensor> heads =
+      head_split(grouped, d, {{0, a, d}, {a * d, g, 2 * d}, {a * d + d, g, 2 * d}});
+  const std::vector<Tensor> q_kv = split(grouped, 2, {a * d, g * 2 * d});
+  const std::vector<Tensor> kv =
+      chunk(permute(reshape(q_kv[1], {s, b, g, 2, d}), {3, 1, 2, 0, 4}), 0, 2);
+  EXPECT_EQ(heads[0].to_vector(),
+            permute(reshape(q_kv[0], {s, b, a, d}), {1, 2, 0, 3}).to_vector());
+  EXPECT_EQ(heads[1].shape(), Shape({b, g, s, d}));
+  EXPECT_EQ(heads[1].to_vector(), kv[0].to_vector());
+  EXPECT_EQ(heads[2].to_vector(), kv[1].to_vector());
+}
+
+TEST_P(OpsForward, HeadSplitPartsMustCoverEachColumnOnce) {
+  const Tensor x = const64(ctx, {2, 2, 8}, 21);
+  auto error_of = [&](const std::vector<HeadColumns>& parts) {
+    try {
+      head_split(x, 2, parts);
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({{0, 2, 4}, {2, 1, 2}}).find("column 6 is in 0"), std::string::npos);
+  EXPECT_NE(error_of({{0, 2, 4}, {2, 2, 4}, {0, 1, 2}}).find("column 0 is in 2"),
+            std::string::npos);
+  EXPECT_NE(error_of({{0, 2, 4}, {4, 2, 4}}).find("part 1 (first 4, heads 2, stride 4)"),
+            std::string::npos);
+  EXPECT_NE(error_of({{0, 4, 1}}).find("part 0"), std::string::npos);  // heads overlap
+  EXPECT_EQ(error_of({{0, 2, 4}, {2, 2, 4}}), "no error");
+}
+
 TEST_P(OpsForward, SinglePrecisionKernelsMatchDouble) {
   const Tensor x64 = const64(ctx, {2, 3, 8}, 16), w64 = const64(ctx, {8, 8}, 17);
   const Tensor g64 = const64(ctx, {8}, 18);

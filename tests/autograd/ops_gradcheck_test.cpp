@@ -171,6 +171,24 @@ TEST_P(OpsGradcheck, ReshapePermuteTranspose) {
   expect_gradients_match([](const Inputs& in) { return gelu(transpose(in[0], -1, -2)); }, {x});
 }
 
+TEST_P(OpsGradcheck, HeadSplitBothLayouts) {
+  // Each part through a different function, so that a gradient written to another part's columns
+  // shows.
+  auto parts_apart = [](const std::vector<Tensor>& p) {
+    return add(add(sum(mul(p[0], p[0])), sum(gelu(p[1]))), scale(sum(p[2]), 3.0));
+  };
+  expect_gradients_match(
+      [&](const Inputs& in) {
+        return parts_apart(head_split(in[0], 2, {{0, 2, 6}, {2, 2, 6}, {4, 2, 6}}));
+      },
+      {leaf64(ctx, {3, 2, 12}, 33, "x")});
+  expect_gradients_match(
+      [&](const Inputs& in) {
+        return parts_apart(head_split(in[0], 2, {{0, 4, 2}, {8, 2, 4}, {10, 2, 4}}));
+      },
+      {leaf64(ctx, {3, 2, 16}, 34, "x")});
+}
+
 TEST_P(OpsGradcheck, SplitUnequalPieces) {
   const Tensor x = leaf64(ctx, {3, 6, 2}, 31, "x");
   // Each piece goes through a different function so a misrouted gradient shows.

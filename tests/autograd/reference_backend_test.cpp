@@ -291,6 +291,78 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
       "copy_slice, shared out");
 }
 
+// Strided copies: heads out of fused qkv columns (rows of d elements, apart on the source side)
+// and back (apart on the destination side, whose other elements must stay), large enough for the
+// threads; a transpose, whose rows are single elements; a part whose heads are adjacent.
+TEST_P(CpuVsReference, CopyStridedGathersAndScatters) {
+  struct Case {
+    std::int64_t s, b, heads, d, width, first, stride;
+  };
+  for (const Case& c : {Case{5, 3, 4, 2, 24, 2, 6}, Case{256, 4, 8, 16, 384, 16, 48},
+                        Case{64, 2, 8, 8, 96, 0, 8}}) {
+    StridedCopy out_of;  // [s, b, width] -> [b, heads, s, d]
+    out_of.dims = {c.b, c.heads, c.s, c.d};
+    out_of.src_offset = c.first;
+    out_of.src_strides = {c.width, c.stride, c.b * c.width, 1};
+    out_of.dst_strides = Shape(out_of.dims).strides();
+    StridedCopy into = out_of;  // and back
+    std::swap(into.src_offset, into.dst_offset);
+    std::swap(into.src_strides, into.dst_strides);
+    expect_match(
+        [&](Backend& be, Context& ctx, DType dt) {
+          const Tensor fused = test_input(ctx, {c.s, c.b, c.width}, dt, 1);
+          Tensor heads = Tensor::empty(ctx, Shape(out_of.dims), dt);
+          be.copy_strided(out_of, fused, heads);
+          Tensor back = test_input(ctx, {c.s, c.b, c.width}, dt, 2);
+          be.copy_strided(into, heads, back);
+          return NamedTensors{{"heads", heads}, {"written back", back}};
+        },
+        "copy_strided, heads of " + std::to_string(c.width) + " columns");
+  }
+  StridedCopy transpose;
+  transpose.dims = {40, 70};
+  transpose.src_strides = {1, 40};
+  transpose.dst_strides = {70, 1};
+  expect_match(
+      [&](Backend& be, Context& ctx, DType dt) {
+        const Tensor x = test_input(ctx, {70, 40}, dt, 1);
+        Tensor y = Tensor::empty(ctx, {40, 70}, dt);
+        be.copy_strided(transpose, x, y);
+        return NamedTensors{{"transposed", y}};
+      },
+      "copy_strided, a transpose");
+}
+
+TEST(StridedCopy, ValidateNamesWhatIsWrong) {
+  StridedCopy c;
+  c.dims = {3, 4};
+  c.src_strides = {4, 1};
+  c.dst_strides = {1, 3};
+  EXPECT_NO_THROW(c.validate(12, 12));
+  auto message = [&](const StridedCopy& bad, std::int64_t src, std::int64_t dst) {
+    try {
+      bad.validate(src, dst);
+    } catch (const ArgumentError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      message(c, 11, 12).find("src_offset and src_strides reach element 11 of a source of 11"),
+      std::string::npos);
+  StridedCopy moved = c;
+  moved.dst_offset = 1;
+  EXPECT_NE(message(moved, 12, 12).find("dst_offset and dst_strides reach element 12"),
+            std::string::npos);
+  StridedCopy short_strides = c;
+  short_strides.src_strides = {4};
+  EXPECT_NE(message(short_strides, 12, 12).find("src_strides must have one stride per dim"),
+            std::string::npos);
+  StridedCopy negative = c;
+  negative.dst_strides = {-1, 3};
+  EXPECT_NE(message(negative, 12, 12).find("strides must be >= 0"), std::string::npos);
+}
+
 // A 2-byte product widens its operands into f32 scratch that the CPU backend keeps from one
 // product to the next (f16 always takes that path); two threads using one backend at once must not
 // share it. Each thread's products, of two sizes in turn, give the bits that one thread alone got.

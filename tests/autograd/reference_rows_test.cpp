@@ -189,6 +189,9 @@ class PlantedBugBackend final : public Backend {
                   std::int64_t n) override {
     cpu_.copy_slice(s, dim, so, d, dof, n);
   }
+  void copy_strided(const StridedCopy& c, const Tensor& s, Tensor& d) override {
+    cpu_.copy_strided(c, s, d);
+  }
   void add(const Tensor& a, const Tensor& b, double x, double y, Tensor& o) override {
     cpu_.add(a, b, x, y, o);
   }

@@ -286,6 +286,14 @@ TEST_P(CudaVsCpu, LayoutOpsMoveTheSameElements) {
         return out;
       },
       "permute/split/concat/fill");
+  compare(
+      [](Context& ctx, DType dt) {
+        // Heads out of fused columns and their gradients back (copy_strided both ways).
+        const Tensor x = leaf(ctx, {3, 2, 12}, 2, dt);
+        const std::vector<Tensor> h = head_split(x, 2, {{0, 2, 6}, {2, 2, 6}, {4, 2, 6}});
+        return with_grads(ctx, add(mul(h[0], h[1]), h[2]), {x});
+      },
+      "head_split");
 }
 
 TEST_P(CudaVsCpu, ReductionsAndLosses) {
