@@ -369,6 +369,7 @@ struct RowCopy {
 
 RowCopy plan_rows(std::vector<std::int64_t> dims, std::vector<std::int64_t> in,
                   std::vector<std::int64_t> out, std::size_t es) {
+  if (dims.empty()) dims = in = out = {1};  // a rank-0 tensor: one element
   const auto rank = static_cast<std::size_t>(
       kernels::coalesce_dims2(static_cast<int>(dims.size()), dims.data(), in.data(), out.data()));
   dims.resize(rank);
@@ -434,7 +435,7 @@ void copy_row_tiles(const RowCopy& t, const E* in, E* out, std::int64_t first, s
 }  // namespace
 
 // The elements of `in` at in_step offsets to those of `out` at out_step offsets, over `dims`.
-void CpuBackend::copy_rows(const std::vector<std::int64_t>& dims,
+void CpuBackend::copy_rows(const char* kernel, const std::vector<std::int64_t>& dims,
                            const std::vector<std::int64_t>& in_step, const void* in,
                            const std::vector<std::int64_t>& out_step, void* out, DType dtype) {
   std::int64_t n = 1;
@@ -442,6 +443,16 @@ void CpuBackend::copy_rows(const std::vector<std::int64_t>& dims,
   if (n == 0) return;
   const std::size_t es = dtype_size(dtype);
   const RowCopy t = plan_rows(dims, in_step, out_step, es);
+  if (t.tiles == 1 && t.across == std::nullopt && t.dims[t.inner] == 1) {
+    // One contiguous run on both sides: shared out as a copy is.
+    const auto bytes = static_cast<std::int64_t>(es) * t.row;
+    threads_.parallel_for(bytes, 4 * kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
+      std::memcpy(static_cast<unsigned char*>(out) + begin,
+                  static_cast<const unsigned char*>(in) + begin,
+                  static_cast<std::size_t>(end - begin));
+    });
+    return;
+  }
   const std::int64_t per_tile = std::max<std::int64_t>(n / t.tiles, 1);
   const bool copied = with_unsigned_of_size(es, [&](auto element) {
     using E = decltype(element);
@@ -452,7 +463,7 @@ void CpuBackend::copy_rows(const std::vector<std::int64_t>& dims,
                           });
   });
   if (!copied) {
-    throw ArgumentError(std::string("copy: elements of 1, 2, 4 or 8 bytes expected, given ") +
+    throw ArgumentError(std::string(kernel) + ": elements of 1, 2, 4 or 8 bytes expected, given " +
                         dtype_name(dtype));
   }
 }
@@ -463,15 +474,15 @@ void CpuBackend::permute(const Tensor& src, const std::vector<int>& perm, Tensor
   std::vector<std::int64_t> in_step(perm.size());
   for (std::size_t d = 0; d < perm.size(); ++d)
     in_step[d] = in_strides[static_cast<std::size_t>(perm[d])];
-  copy_rows(dst.shape().dims(), in_step, src.raw_data(), dst.shape().strides(), dst.raw_data(),
-            src.dtype());
+  copy_rows("permute", dst.shape().dims(), in_step, src.raw_data(), dst.shape().strides(),
+            dst.raw_data(), src.dtype());
 }
 
 void CpuBackend::copy_strided(const StridedCopy& copy, const Tensor& src, Tensor& dst) {
   copy.validate(src.numel(), dst.numel());
   const std::size_t es = dtype_size(src.dtype());
   copy_rows(
-      copy.dims, copy.src_strides,
+      "copy_strided", copy.dims, copy.src_strides,
       static_cast<const unsigned char*>(src.raw_data()) +
           static_cast<std::size_t>(copy.src_offset) * es,
       copy.dst_strides,

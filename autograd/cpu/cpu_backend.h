@@ -90,10 +90,11 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits) override;
 
  private:
-  // permute's and copy_strided's copy: for every index i over dims, out[sum i_d out_step[d]] =
-  // in[sum i_d in_step[d]], in tiles of rows (cpu_backend.cpp).
-  void copy_rows(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& in_step,
-                 const void* in, const std::vector<std::int64_t>& out_step, void* out, DType dtype);
+  // permute's and copy_strided's copy (`kernel` names it in errors): for every index i over
+  // dims, out[sum i_d out_step[d]] = in[sum i_d in_step[d]], in tiles of rows (cpu_backend.cpp).
+  void copy_rows(const char* kernel, const std::vector<std::int64_t>& dims,
+                 const std::vector<std::int64_t>& in_step, const void* in,
+                 const std::vector<std::int64_t>& out_step, void* out, DType dtype);
   // A bf16 / f16 product: f32 copies of the operands through the f32 GEMM, C rounded once.
   template <class T>
   void gemm_through_f32(const GemmDesc& desc, const void* a, const void* b, void* c);

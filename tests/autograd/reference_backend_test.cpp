@@ -248,13 +248,14 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
     Shape shape;
     std::vector<int> perm;
   };
-  // The last three permutes keep the last dim and go by tiles of rows (cpu_backend.cpp): the
-  // heads' [s, b, a, d] -> [b, a, s, d] and back, large enough for several tiles, a last tile
-  // that is cut short and the threads; and one with a row dim outside the tile.
+  // Three permutes keep the last dim and go by tiles of rows (cpu_backend.cpp): the heads'
+  // [s, b, a, d] -> [b, a, s, d] and back, large enough for several tiles, a last tile that is cut
+  // short and the threads; and one with a row dim outside the tile. Then a rank-0 tensor, and one
+  // whose permute moves only a dim of extent 1: one contiguous run, shared out as a copy.
   for (const Case& c :
        {Case{{3, 4, 5}, {2, 0, 1}}, Case{{2, 3, 4, 5}, {0, 2, 1, 3}}, Case{{64, 33, 17}, {1, 2, 0}},
         Case{{7}, {0}}, Case{{100, 4, 6, 40}, {1, 2, 0, 3}}, Case{{4, 6, 100, 40}, {2, 0, 1, 3}},
-        Case{{2, 30, 3, 4, 16}, {0, 2, 3, 1, 4}}}) {
+        Case{{2, 30, 3, 4, 16}, {0, 2, 3, 1, 4}}, Case{{}, {}}, Case{{300, 1, 400}, {1, 0, 2}}}) {
     expect_match(
         [c](Backend& be, Context& ctx, DType dt) {
           const Tensor x = test_input(ctx, c.shape, dt, 1);
