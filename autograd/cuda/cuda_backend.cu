@@ -281,14 +281,18 @@ void CudaBackend::fill(Tensor& out, double value) {
   SS_CUDA_CHECK_LAUNCH("fill");
 }
 
+// Throws for more dims than the kernels' index maps take.
+void check_map_rank(std::size_t rank, const char* kernel) {
+  if (rank > static_cast<std::size_t>(k::kMaxDims)) {
+    throw ArgumentError(std::string("cuda kernel '") + kernel + "' takes at most " +
+                        std::to_string(k::kMaxDims) + " dims, given " + std::to_string(rank));
+  }
+}
+
 // An index map over `dims` with `strides`; throws for more dims than the kernels take.
 k::IndexMap index_map(const std::vector<std::int64_t>& dims,
                       const std::vector<std::int64_t>& strides, const char* kernel) {
-  if (dims.size() > static_cast<std::size_t>(k::kMaxDims)) {
-    throw ArgumentError(std::string("cuda kernel '") + kernel + "' takes at most " +
-                        std::to_string(k::kMaxDims) + " dims, given " +
-                        std::to_string(dims.size()));
-  }
+  check_map_rank(dims.size(), kernel);
   k::IndexMap map;  // coalesced: fewer dims, the same offsets (kernels::coalesce_dims)
   std::copy(dims.begin(), dims.end(), map.dims);
   std::copy(strides.begin(), strides.end(), map.strides);
@@ -333,8 +337,8 @@ void CudaBackend::copy_strided(const StridedCopy& copy, const Tensor& src, Tenso
   copy.validate(src.numel(), dst.numel());
   const std::int64_t n = copy.numel();
   if (!n) return;
-  k::IndexMap from = index_map(copy.dims, copy.src_strides, "copy_strided");
-  k::IndexMap to;
+  check_map_rank(copy.dims.size(), "copy_strided");
+  k::IndexMap from, to;
   std::copy(copy.dims.begin(), copy.dims.end(), from.dims);
   std::copy(copy.src_strides.begin(), copy.src_strides.end(), from.strides);
   std::copy(copy.dst_strides.begin(), copy.dst_strides.end(), to.strides);

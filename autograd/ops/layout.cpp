@@ -226,7 +226,7 @@ std::vector<Tensor> head_split(const Tensor& x, std::int64_t d,
     const std::string part = "part " + std::to_string(i) + " (first " + std::to_string(p.first) +
                              ", heads " + std::to_string(p.heads) + ", stride " +
                              std::to_string(p.stride) + ")";
-    if (p.heads < 1 || p.first < 0 || (p.heads > 1 && p.stride < d) ||
+    if (p.heads < 1 || p.first < 0 || p.stride < 0 || (p.heads > 1 && p.stride < d) ||
         p.first + (p.heads - 1) * p.stride + d > w) {
       throw ShapeError(
           r.where() + ": " + part + " must be 1 or more heads of d = " + std::to_string(d) +

@@ -467,6 +467,7 @@ TEST_P(OpsForward, HeadSplitPartsMustCoverEachColumnOnce) {
   EXPECT_NE(error_of({{0, 2, 4}, {4, 2, 4}}).find("part 1 (first 4, heads 2, stride 4)"),
             std::string::npos);
   EXPECT_NE(error_of({{0, 4, 1}}).find("part 0"), std::string::npos);  // heads overlap
+  EXPECT_NE(error_of({{0, 2, 4}, {2, 1, -2}, {6, 1, 0}}).find("part 1"), std::string::npos);
   EXPECT_EQ(error_of({{0, 2, 4}, {2, 2, 4}}), "no error");
 }
 
