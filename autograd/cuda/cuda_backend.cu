@@ -310,23 +310,13 @@ void CudaBackend::permute(const Tensor& src, const std::vector<int>& perm, Tenso
     in_step[d] = in_strides[static_cast<std::size_t>(perm[d])];
   const k::IndexMap map = index_map(dst.shape().dims(), in_step, "permute");
   const unsigned grid = grid_for(n);
-  if (is_half(src.dtype())) throw unsupported_dtype("permute", src.dtype());  // no 2-byte case
-  switch (dtype_size(src.dtype())) {
-    case 1:
-      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint8_t*>(src.raw_data()),
-                                                 static_cast<std::uint8_t*>(dst.raw_data()), n,
-                                                 map);
-      break;
-    case 4:
-      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint32_t*>(src.raw_data()),
-                                                 static_cast<std::uint32_t*>(dst.raw_data()), n,
-                                                 map);
-      break;
-    default:
-      k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const std::uint64_t*>(src.raw_data()),
-                                                 static_cast<std::uint64_t*>(dst.raw_data()), n,
-                                                 map);
-      break;
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    k::permute<<<grid, kThreads, 0, stream_>>>(static_cast<const Word*>(src.raw_data()),
+                                               static_cast<Word*>(dst.raw_data()), n, map);
+  };
+  if (!kernels::with_unsigned_of_size(dtype_size(src.dtype()), launch)) {
+    throw unsupported_dtype("permute", src.dtype());
   }
   SS_CUDA_CHECK_LAUNCH("permute");
 }
@@ -385,21 +375,13 @@ void CudaBackend::copy_slice(const Tensor& src, int dim, std::int64_t src_offset
   }
   const std::int64_t n = outer * width;
   const unsigned grid = grid_for(n);
-  switch (es) {
-    case 1:
-      k::copy_rows<<<grid, kThreads, 0, stream_>>>(in, src_pitch, out, dst_pitch, width, n);
-      break;
-    case 4:
-      k::copy_rows<<<grid, kThreads, 0, stream_>>>(reinterpret_cast<const std::uint32_t*>(in),
-                                                   src_pitch, reinterpret_cast<std::uint32_t*>(out),
-                                                   dst_pitch, width, n);
-      break;
-    default:
-      k::copy_rows<<<grid, kThreads, 0, stream_>>>(reinterpret_cast<const std::uint64_t*>(in),
-                                                   src_pitch, reinterpret_cast<std::uint64_t*>(out),
-                                                   dst_pitch, width, n);
-      break;
-  }
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    k::copy_rows<<<grid, kThreads, 0, stream_>>>(reinterpret_cast<const Word*>(in), src_pitch,
+                                                 reinterpret_cast<Word*>(out), dst_pitch, width, n);
+  };
+  if (!kernels::with_unsigned_of_size(es, launch))
+    throw unsupported_dtype("copy_slice", src.dtype());
   SS_CUDA_CHECK_LAUNCH("copy_slice");
 }
 
