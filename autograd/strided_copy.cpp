@@ -2,6 +2,7 @@
 #include "autograd/strided_copy.h"
 
 #include "autograd/errors.h"
+#include "autograd/shape.h"
 
 namespace shardscope {
 namespace {
@@ -22,9 +23,7 @@ std::int64_t last_offset(const std::vector<std::int64_t>& dims, std::int64_t off
 }  // namespace
 
 std::int64_t StridedCopy::numel() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : dims) n *= d;
-  return n;
+  return Shape(dims).numel();
 }
 
 std::string StridedCopy::str() const {

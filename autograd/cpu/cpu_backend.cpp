@@ -342,9 +342,13 @@ void CpuBackend::fill(Tensor& out, double value) {
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   if (src.raw_data() == dst.raw_data()) return;
-  const auto* in = static_cast<const unsigned char*>(src.raw_data());
-  auto* out = static_cast<unsigned char*>(dst.raw_data());
-  const auto bytes = static_cast<std::int64_t>(src.bytes());
+  copy_bytes(src.raw_data(), dst.raw_data(), static_cast<std::int64_t>(src.bytes()));
+}
+
+// A memcpy whose ranges of bytes the threads share out.
+void CpuBackend::copy_bytes(const void* src, void* dst, std::int64_t bytes) {
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
   threads_.parallel_for(bytes, 4 * kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
     std::memcpy(out + begin, in + begin, static_cast<std::size_t>(end - begin));
   });
@@ -438,19 +442,13 @@ void copy_row_tiles(const RowCopy& t, const E* in, E* out, std::int64_t first, s
 void CpuBackend::copy_rows(const char* kernel, const std::vector<std::int64_t>& dims,
                            const std::vector<std::int64_t>& in_step, const void* in,
                            const std::vector<std::int64_t>& out_step, void* out, DType dtype) {
-  std::int64_t n = 1;
-  for (std::int64_t d : dims) n *= d;
+  const std::int64_t n = Shape(dims).numel();
   if (n == 0) return;
   const std::size_t es = dtype_size(dtype);
   const RowCopy t = plan_rows(dims, in_step, out_step, es);
   if (t.tiles == 1 && t.across == std::nullopt && t.dims[t.inner] == 1) {
     // One contiguous run on both sides: shared out as a copy is.
-    const auto bytes = static_cast<std::int64_t>(es) * t.row;
-    threads_.parallel_for(bytes, 4 * kCheapGrain, [&](std::int64_t begin, std::int64_t end) {
-      std::memcpy(static_cast<unsigned char*>(out) + begin,
-                  static_cast<const unsigned char*>(in) + begin,
-                  static_cast<std::size_t>(end - begin));
-    });
+    copy_bytes(in, out, static_cast<std::int64_t>(es) * t.row);
     return;
   }
   const std::int64_t per_tile = std::max<std::int64_t>(n / t.tiles, 1);
