@@ -1,5 +1,5 @@
 // CpuBackend: the activations (GeLU, SwiGLU), the rotary embedding and dropout, element by
-// element in threads (the rest of the backend: cpu_backend.cpp and cpu_rows.cpp).
+// element in threads (the rest of the backend: cpu_backend.cpp, cpu_layout.cpp and cpu_rows.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

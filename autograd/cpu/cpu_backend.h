@@ -93,7 +93,7 @@ class CpuBackend final : public Backend {
   // A memcpy of `bytes` whose ranges the loop threads share out (copy, and copy_rows's one run).
   void copy_bytes(const void* src, void* dst, std::int64_t bytes);
   // permute's and copy_strided's copy (`kernel` names it in errors): for every index i over
-  // dims, out[sum i_d out_step[d]] = in[sum i_d in_step[d]], in tiles of rows (cpu_backend.cpp).
+  // dims, out[sum i_d out_step[d]] = in[sum i_d in_step[d]], in tiles of rows (cpu_layout.cpp).
   void copy_rows(const char* kernel, const std::vector<std::int64_t>& dims,
                  const std::vector<std::int64_t>& in_step, const void* in,
                  const std::vector<std::int64_t>& out_step, void* out, DType dtype);

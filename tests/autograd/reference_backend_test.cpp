@@ -248,7 +248,7 @@ TEST_P(CpuVsReference, LayoutPermuteAndCopySlice) {
     Shape shape;
     std::vector<int> perm;
   };
-  // Three permutes keep the last dim and go by tiles of rows (cpu_backend.cpp): the heads'
+  // Three permutes keep the last dim and go by tiles of rows (cpu_layout.cpp): the heads'
   // [s, b, a, d] -> [b, a, s, d] and back, large enough for several tiles, a last tile that is cut
   // short and the threads; and one with a row dim outside the tile. Then a rank-0 tensor, and one
   // whose permute moves only a dim of extent 1: one contiguous run, shared out as a copy.
