@@ -7,12 +7,6 @@
 namespace shardscope {
 namespace {
 
-std::string list(const std::vector<std::int64_t>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
 // The largest offset the map reaches (0 for an empty copy, where it reaches none).
 std::int64_t last_offset(const std::vector<std::int64_t>& dims, std::int64_t offset,
                          const std::vector<std::int64_t>& strides) {
@@ -27,9 +21,11 @@ std::int64_t StridedCopy::numel() const {
 }
 
 std::string StridedCopy::str() const {
-  return "strided copy(dims=" + list(dims) + ", src_offset=" + std::to_string(src_offset) +
-         ", src_strides=" + list(src_strides) + ", dst_offset=" + std::to_string(dst_offset) +
-         ", dst_strides=" + list(dst_strides) + ")";
+  // Shape::str lists any integers, "[a, b]", whatever their signs.
+  return "strided copy(dims=" + Shape(dims).str() + ", src_offset=" + std::to_string(src_offset) +
+         ", src_strides=" + Shape(src_strides).str() +
+         ", dst_offset=" + std::to_string(dst_offset) +
+         ", dst_strides=" + Shape(dst_strides).str() + ")";
 }
 
 void StridedCopy::validate(std::int64_t src_numel, std::int64_t dst_numel) const {
