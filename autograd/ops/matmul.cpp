@@ -9,6 +9,7 @@
 #include "autograd/observer.h"
 #include "autograd/ops.h"
 #include "autograd/ops/record.h"
+#include "autograd/strided_copy.h"
 
 namespace shardscope {
 namespace {
@@ -68,18 +69,20 @@ void submit_gemm(Context& ctx, const GemmDesc& d, DType dtype, const void* a, co
   ctx.backend().gemm(d, dtype, a, b, c);
 }
 
-// C = alpha op(A) op(B) per batch entry into a new C (ops_detail::new_tensor: written whole); a
-// shared B has stride 0. An empty product (a zero m, n, k or batch) is C = 0.
+// C = alpha op(A) op(B) per batch entry into a new C (ops_detail::new_tensor: written whole), or
+// with `accumulate` C += alpha op(A) op(B) into what C holds; a shared B has stride 0. An empty
+// product (a zero m, n, k or batch) is C = 0, or leaves C as it is.
 void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, std::int64_t m,
-              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b,
-              double alpha = 1.0) {
+              std::int64_t n, std::int64_t k, std::int64_t batch, bool shared_b, double alpha = 1.0,
+              bool accumulate = false) {
   if (m == 0 || n == 0 || k == 0 || batch == 0) {
-    if (c.numel() > 0) c.ctx().backend().fill(c, 0.0);
+    if (c.numel() > 0 && !accumulate) c.ctx().backend().fill(c, 0.0);
     return;
   }
   GemmDesc d = GemmDesc::packed(m, n, k, ta, tb);
   d.batch = batch;
   d.alpha = alpha;
+  d.beta = accumulate ? 1.0 : 0.0;
   if (shared_b) d.stride_b = 0;
   submit_gemm(c.ctx(), d, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
 }
@@ -274,12 +277,22 @@ std::vector<Tensor> causal_matmul_backward(Node& node, const std::vector<Tensor>
 
 namespace ops_detail {
 
-Tensor linear_values(const Tensor& x, const Tensor& w) {
+Tensor linear_values(const Tensor& x, const Tensor& w, const Tensor& bias) {
   std::vector<std::int64_t> dims = x.shape().dims();
   dims.back() = w.dim(1);
   Tensor y = new_tensor(x.ctx(), Shape(dims), x.dtype());
-  run_gemm(x, false, w, false, y, x.numel() / std::max<std::int64_t>(x.dim(-1), 1), w.dim(1),
-           w.dim(0), 1, true);
+  const std::int64_t rows = x.numel() / std::max<std::int64_t>(x.dim(-1), 1);
+  if (bias.defined() && y.numel() > 0) {
+    // y starts as the bias on every row (a copy that reads it rows times), and the GEMM adds x w
+    // into it (beta 1), as PyTorch's addmm: no separate add, and no pass of BLAS's own to zero y
+    // first (OpenBLAS's sgemm_beta, which a product with beta 0 makes).
+    StridedCopy rows_of_bias;
+    rows_of_bias.dims = {rows, w.dim(1)};
+    rows_of_bias.src_strides = {0, 1};
+    rows_of_bias.dst_strides = {w.dim(1), 1};
+    x.ctx().backend().copy_strided(rows_of_bias, bias, y);
+  }
+  run_gemm(x, false, w, false, y, rows, w.dim(1), w.dim(0), 1, true, 1.0, bias.defined());
   return y;
 }
 

@@ -61,7 +61,8 @@ bool is_suffix(const Shape& suffix, const Shape& full);
 
 // Matrix products on values (no graph, no events), for ops built from other ops' math such as a
 // fused sequence-parallel linear. x is [..., in], w [in, out], dy [..., out].
-Tensor linear_values(const Tensor& x, const Tensor& w);        // x w: [..., out]
+// x w: [..., out]; with a bias [out], x w + bias in one GEMM (its output starts as the bias rows).
+Tensor linear_values(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 Tensor linear_grad_input(const Tensor& dy, const Tensor& w);   // dy w^T: [..., in]
 Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);  // x^T dy: [in, out]
 

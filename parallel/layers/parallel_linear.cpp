@@ -1,6 +1,7 @@
 // Column- and row-parallel linears.
 #include "parallel/layers/parallel_linear.h"
 
+#include "autograd/errors.h"
 #include "autograd/ops.h"
 #include "autograd/ops/record.h"
 #include "parallel/layers/collective_ops.h"
@@ -28,8 +29,48 @@ Tensor concat_biases(const std::vector<Tensor>& biases) {
   return biases.size() == 1 ? biases[0] : concat(biases, 0);
 }
 
+namespace {
+
+// x w + b as one op, a matmul with the bias as a third input: its output starts as the bias rows
+// and the GEMM adds x w into them (ops_detail::linear_values). Backward: matmul's, and the bias's
+// gradient dy summed over the rows.
+Tensor biased_matmul(const Tensor& x, const Tensor& w, const Tensor& b) {
+  ops_detail::OpRecord r("matmul", {x, w, b});
+  ops_detail::check_floating(r, x, "x");
+  ops_detail::check_same_dtype(r, x, w);
+  ops_detail::check_same_dtype(r, x, b);
+  if (w.rank() != 2 || x.rank() < 2 || x.dim(-1) != w.dim(0) || b.rank() != 1 ||
+      b.dim(0) != w.dim(1)) {
+    throw ShapeError(r.where() + ": x " + x.describe() + ", weight " + w.describe() + " and bias " +
+                     b.describe() + " need x [..., in], weight [in, out] and bias [out]");
+  }
+  Tensor y = ops_detail::linear_values(x, w, b);
+  if (r.needs_grad()) {
+    Node& node = r.record([](Node& self, const std::vector<Tensor>& grads) {
+      const Tensor& dy = grads[0];
+      std::vector<Tensor> out(3);
+      if (self.needs_input_grad(0)) out[0] = ops_detail::linear_grad_input(dy, self.saved(1));
+      if (self.needs_input_grad(1)) out[1] = ops_detail::linear_grad_weight(self.saved(0), dy);
+      if (self.needs_input_grad(2)) {
+        out[2] = ops_detail::new_tensor(dy.ctx(), self.input_shapes[2], dy.dtype());
+        dy.ctx().backend().sum_to_suffix(dy, out[2]);
+      }
+      return out;
+    });
+    // dx needs w and dw needs x, as matmul keeps them; the bias's gradient needs neither.
+    node.save(node.needs_input_grad(1) ? x : Tensor());
+    node.save(node.needs_input_grad(0) ? w : Tensor());
+  }
+  return r.finish(y);
+}
+
+}  // namespace
+
 Tensor local_linear(const Tensor& x, const std::vector<Tensor>& weights,
                     const std::vector<Tensor>& biases) {
+  if (weights.size() == 1 && biases.size() == 1 && biases[0].defined()) {
+    return biased_matmul(x, weights[0], biases[0]);
+  }
   std::vector<Tensor> products;
   for (const Tensor& w : weights) products.push_back(matmul(x, w));
   const Tensor y = products.size() == 1 ? products[0] : concat(products, x.rank() - 1);
@@ -146,11 +187,14 @@ ParallelTensor column_parallel_linear(ProcessGroup& g, const ParallelTensor& x,
                      Placement::shard(0));
     global[0] = x.global[0];
     y = gather_matmul(g, x.local, weight_shards, options.keep_gathered_input, options.planted_bug);
+    if (bias_shard.defined()) y = add(y, bias_shard);
   } else {
-    // One copy_to_tp (one all-reduce of its gradient) for every weight.
-    y = local_linear(copy_to_tp(g, x, options.planted_bug).local, weight_shards);
+    // One copy_to_tp (one all-reduce of its gradient) for every weight, and the bias in the
+    // product (local_linear).
+    std::vector<Tensor> biases;
+    if (bias_shard.defined()) biases.push_back(bias_shard);
+    y = local_linear(copy_to_tp(g, x, options.planted_bug).local, weight_shards, biases);
   }
-  if (bias_shard.defined()) y = add(y, bias_shard);
   return ParallelTensor::make(y, out, global, g.size());
 }
 

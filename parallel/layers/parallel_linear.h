@@ -27,8 +27,10 @@ struct ParallelLinearOptions {
 
 // x times each weight, the products side by side on the last dim, plus the biases (concatenated)
 // when there are any: a linear as the single device, or one rank on its own weights, computes it.
-// Several weights are GQA's query and key/value weights: their products side by side, not one
-// product with the weights concatenated, which would save a copy of them for backward.
+// One weight with a bias is one op, a matmul with the bias as its third input (its output starts
+// as the bias rows and the GEMM adds x w into them, as PyTorch's addmm). Several weights are GQA's
+// query and key/value weights: their products side by side, not one product with the weights
+// concatenated, which would save a copy of them for backward, then an add of the biases.
 Tensor local_linear(const Tensor& x, const std::vector<Tensor>& weights,
                     const std::vector<Tensor>& biases = {});
 Tensor concat_biases(const std::vector<Tensor>& biases);  // undefined for none

@@ -111,16 +111,21 @@ TEST(DebugHelp, ListsEveryCommand) {
 }
 
 TEST(DebugPrint, ReachesThePausedOpsInputsAndThePreviousOpsOutput) {
-  // Op 4 of tp is the bias add of attn.qkv, whose input 0 is op 3's (the matmul's) output.
+  // Op 3 of tp is attn.qkv's product, its bias the third input; op 4 the heads' split, whose
+  // input 0 is op 3's output.
   const std::string out =
       session(small_run(),
-              "step 3\nprint input0\nprint input1\nprint output0\nbreak phase backward\n"
-              "continue\nprint input0\nprint output0\ndelete\ncontinue\nprint input0\n");
-  EXPECT_THAT(out, HasSubstr("rank 1: input0 (input 0 of attn.qkv/add forward) f32[8, 2, 24]"));
-  EXPECT_THAT(out, HasSubstr("rank 0: input1 (input 1 of attn.qkv/add forward) attn.qkv.bias"));
+              "step 2\nprint input2\nstep\nprint input0\nprint input1\nprint output0\n"
+              "break phase backward\ncontinue\nprint input0\nprint output0\ndelete\ncontinue\n"
+              "print input0\n");
+  EXPECT_THAT(out, HasSubstr("rank 0: input2 (input 2 of attn.qkv/matmul forward) attn.qkv.bias"));
+  EXPECT_THAT(out, HasSubstr("rank 1: input0 (input 0 of attn.heads/head_split forward) "
+                             "f32[8, 2, 24]"));
+  EXPECT_THAT(out, HasSubstr("> print input1\nrank 0: no tensor 'input1' here"));
   EXPECT_THAT(out, HasSubstr("rank 0: output0 (output 0 of attn.qkv/matmul forward, the op run "
                              "just before) f32[8, 2, 24]"));
-  const std::string input = rest_of_line(out, "rank 0: input0 (input 0 of attn.qkv/add forward)");
+  const std::string input =
+      rest_of_line(out, "rank 0: input0 (input 0 of attn.heads/head_split forward)");
   ASSERT_FALSE(input.empty());
   EXPECT_EQ(input, rest_of_line(out,
                                 "rank 0: output0 (output 0 of attn.qkv/matmul forward, the "

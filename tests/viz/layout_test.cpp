@@ -110,9 +110,9 @@ void expect_every_op_matches(const std::string& mode, int degree,
     EXPECT_TRUE(has(e.outputs.at(0), to))
         << describe(e) << ": no " << to.str() << " output " << e.outputs.at(0);
   }
-  EXPECT_GT(ops, 40);  // a whole step ran (without biases, 48 ops on one device)
+  EXPECT_GT(ops, 30);  // a whole step ran (36 op slices on one device, forward and backward)
   for (int i = 0; i < layers; ++i) {
-    EXPECT_GT(ops_in[i], 40) << "layer " << i << " ran no whole forward and backward";
+    EXPECT_GT(ops_in[i], 30) << "layer " << i << " ran no whole forward and backward";
   }
   // No dead rows: every module of the table shows up in the run (tp reduces no gradients).
   for (const std::string& scope : module_scopes(config)) {
