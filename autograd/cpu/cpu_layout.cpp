@@ -115,12 +115,12 @@ RowCopy plan_rows(std::vector<std::int64_t> dims, std::vector<std::int64_t> in,
   for (std::size_t d = 0; d < n; ++d) {
     if (d != t.inner && t.in_step[d] == t.row) t.across = d;
   }
-  t.block = t.dims[t.inner];
-  if (t.across) {
-    // A tile of at most 32 KiB, so that it stays in the cache between its reads and writes.
-    const auto tile_rows = static_cast<std::int64_t>((std::size_t{32} << 10) / es) / t.row;
-    t.block = std::clamp<std::int64_t>(tile_rows / t.dims[*t.across], 1, t.dims[t.inner]);
-  }
+  // A tile of at most 32 KiB, so that it stays in the cache between its reads and writes (and,
+  // with no `across`, so that a copy of many rows, such as a bias broadcast to every row, is cut
+  // into tiles for the threads rather than one).
+  const auto tile_rows = static_cast<std::int64_t>((std::size_t{32} << 10) / es) / t.row;
+  t.block =
+      std::clamp<std::int64_t>(tile_rows / (t.across ? t.dims[*t.across] : 1), 1, t.dims[t.inner]);
   t.tiles = (t.dims[t.inner] + t.block - 1) / t.block;
   for (std::size_t d = 0; d < n; ++d) {
     if (d != t.inner && d != t.across) t.tiles *= t.dims[d];

@@ -332,6 +332,22 @@ TEST_P(CpuVsReference, CopyStridedGathersAndScatters) {
         return NamedTensors{{"transposed", y}};
       },
       "copy_strided, a transpose");
+  // One row to every row (a linear's bias as its product's start: source stride 0), a few rows
+  // and more than one tile of the CPU backend's threads.
+  for (const auto& [rows, width] : {std::pair<std::int64_t, std::int64_t>{3, 5}, {600, 300}}) {
+    StridedCopy broadcast;
+    broadcast.dims = {rows, width};
+    broadcast.src_strides = {0, 1};
+    broadcast.dst_strides = {width, 1};
+    expect_match(
+        [&](Backend& be, Context& ctx, DType dt) {
+          const Tensor row = test_input(ctx, {width}, dt, 1);
+          Tensor y = Tensor::empty(ctx, {rows, width}, dt);
+          be.copy_strided(broadcast, row, y);
+          return NamedTensors{{"rows", y}};
+        },
+        "copy_strided, one row to " + std::to_string(rows));
+  }
 }
 
 TEST(StridedCopy, ValidateNamesWhatIsWrong) {
