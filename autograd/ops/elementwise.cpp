@@ -12,6 +12,7 @@ namespace {
 
 using ops_detail::new_like;
 using ops_detail::OpRecord;
+using ops_detail::reduce_to;
 
 // Checks a binary op's operands: floating, same dtype, b of a's shape or a suffix of it.
 void check_broadcast(const OpRecord& r, const Tensor& a, const Tensor& b) {
@@ -24,15 +25,18 @@ void check_broadcast(const OpRecord& r, const Tensor& a, const Tensor& b) {
   }
 }
 
-// The gradient of a broadcast operand: dy summed over the dims it was repeated along.
+}  // namespace
+
+namespace ops_detail {
+
 Tensor reduce_to(const Tensor& dy, const Shape& shape) {
   if (dy.shape() == shape) return dy;
-  Tensor out = ops_detail::new_tensor(dy.ctx(), shape, dy.dtype());  // the sums fill it
+  Tensor out = new_tensor(dy.ctx(), shape, dy.dtype());  // the sums fill it
   dy.ctx().backend().sum_to_suffix(dy, out);
   return out;
 }
 
-}  // namespace
+}  // namespace ops_detail
 
 Tensor add(const Tensor& a, const Tensor& b) {
   OpRecord r("add", {a, b});

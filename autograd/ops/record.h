@@ -58,6 +58,9 @@ int checked_dim(const std::string& where, const Tensor& x, int dim);
 
 // True when `suffix` equals the trailing dims of `full` (bias broadcasting).
 bool is_suffix(const Shape& suffix, const Shape& full);
+// The gradient of a broadcast operand of `shape` (a suffix of dy's): dy summed over the dims it
+// was repeated along; dy itself when the shapes are equal.
+Tensor reduce_to(const Tensor& dy, const Shape& shape);
 
 // Matrix products on values (no graph, no events), for ops built from other ops' math such as a
 // fused sequence-parallel linear. x is [..., in], w [in, out], dy [..., out].

@@ -51,10 +51,7 @@ Tensor biased_matmul(const Tensor& x, const Tensor& w, const Tensor& b) {
       std::vector<Tensor> out(3);
       if (self.needs_input_grad(0)) out[0] = ops_detail::linear_grad_input(dy, self.saved(1));
       if (self.needs_input_grad(1)) out[1] = ops_detail::linear_grad_weight(self.saved(0), dy);
-      if (self.needs_input_grad(2)) {
-        out[2] = ops_detail::new_tensor(dy.ctx(), self.input_shapes[2], dy.dtype());
-        dy.ctx().backend().sum_to_suffix(dy, out[2]);
-      }
+      if (self.needs_input_grad(2)) out[2] = ops_detail::reduce_to(dy, self.input_shapes[2]);
       return out;
     });
     // dx needs w and dw needs x, as matmul keeps them; the bias's gradient needs neither.
