@@ -69,6 +69,11 @@ struct GemmEvent {
   Site site;
   const GemmDesc* desc = nullptr;  // valid only during the call
   DType dtype = DType::f32;
+  // Where the backend reads A and B and writes C (device memory on a device): a replay of the
+  // step's products in the step's own memory (bench/layer_bench) follows them.
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;
 };
 
 struct StorageEvent {

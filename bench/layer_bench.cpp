@@ -26,7 +26,14 @@
 //                              timed inside it by their ops' begins and ends; medians over the
 //                              iterations) and step_over_gemm, in_step (products_ms / gemm),
 //                              apart ((gemm + traffic) / gemm), floor_over_gemm (medians of each
-//                              iteration's own ratios); bench/layer_vs_torch.sh reports these;
+//                              iteration's own ratios); then the GEMMs and the floor again on
+//                              the step's own memory (each product's operands where the step had
+//                              them, in buffers of the regions they span: GemmMemory::steps),
+//                              own_ms and own_over_gemm, own_floor_over_gemm (and the memory of
+//                              each replay: gemm_MB, own_MB), so that what the
+//                              step's products lose to its footprint (the activations backward
+//                              keeps, beyond the caches) is told from the rest;
+//                              bench/layer_vs_torch.sh reports these;
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -37,7 +44,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <iostream>
@@ -55,6 +64,7 @@
 #include "autograd/gemm.h"
 #include "autograd/ops.h"
 #include "bench/layer_args.h"
+#include "bench/operand_regions.h"
 #include "parallel/layers/transformer_layer.h"
 
 namespace shardscope {
@@ -120,49 +130,110 @@ void record_step(Context& ctx, const LayerConfig& c, std::initializer_list<Obser
   for (Observer* o : observers) ctx.remove_observer(o);
 }
 
-// Every GEMM of a step as the backend gets it (Observer::on_gemm).
-class GemmLog : public Observer {
- public:
-  void on_gemm(const GemmEvent& e) override { calls.emplace_back(*e.desc, e.dtype); }
-  std::vector<std::pair<GemmDesc, DType>> calls;
+// One GEMM of a step as the backend got it (Observer::on_gemm): its descriptor, dtype, and
+// where its A, B and C were.
+struct GemmCall {
+  GemmDesc desc;
+  DType dtype = DType::f32;
+  std::array<std::uintptr_t, 3> at{};
+  // Bytes from A's, B's and C's start that the call reaches.
+  std::array<std::uintptr_t, 3> bytes() const {
+    const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+    return {static_cast<std::uintptr_t>(desc.elements_a() * size),
+            static_cast<std::uintptr_t>(desc.elements_b() * size),
+            static_cast<std::uintptr_t>(desc.elements_c() * size)};
+  }
 };
 
-// Runs recorded GEMMs again, with their descriptors and dtypes, on buffers as large as the
-// largest operand (zeros: a GEMM's time does not depend on its values).
+// Every GEMM of a step as the backend gets it.
+class GemmLog : public Observer {
+ public:
+  void on_gemm(const GemmEvent& e) override {
+    calls.push_back({*e.desc,
+                     e.dtype,
+                     {reinterpret_cast<std::uintptr_t>(e.a), reinterpret_cast<std::uintptr_t>(e.b),
+                      reinterpret_cast<std::uintptr_t>(e.c)}});
+  }
+  std::vector<GemmCall> calls;
+};
+
+// Which memory a replay of a step's GEMMs runs on: one buffer per operand (A, B, C) as large as
+// the largest, shared by every call (each product's operands in the cache the last one left:
+// the GEMM-only bound); or the step's own, each call's operands at their offsets in buffers of the
+// step's regions (OperandRegions), as many bytes as the step's products reached, shared where
+// the step's were.
+enum class GemmMemory { shared, steps };
+
+// Runs recorded GEMMs again, with their descriptors and dtypes, on zeros (a GEMM's time does not
+// depend on its values), in the memory `memory` says.
 class GemmRunner {
  public:
-  GemmRunner(Context& ctx, const std::vector<std::pair<GemmDesc, DType>>& calls, DType dtype)
+  GemmRunner(Context& ctx, const std::vector<GemmCall>& calls, DType dtype,
+             GemmMemory memory = GemmMemory::shared)
       : backend_(ctx.backend()), calls_(calls), dtype_(dtype) {
-    std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
-    for (const auto& [d, call_dtype] : calls) {
-      most[0] = std::max(most[0], d.elements_a());
-      most[1] = std::max(most[1], d.elements_b());
-      most[2] = std::max(most[2], d.elements_c());
+    if (memory == GemmMemory::steps) {
+      std::vector<bench::AddressSpan> spans;
+      for (const GemmCall& call : calls) {
+        for (std::size_t o = 0; o < 3; ++o) {
+          spans.push_back({call.at[o], call.at[o] + call.bytes()[o]});
+        }
+      }
+      const bench::OperandRegions regions(spans);
+      bytes_ = regions.total_bytes();
+      for (std::size_t r = 0; r < regions.count(); ++r) {
+        buffers_.push_back(Tensor::zeros(
+            ctx, Shape{static_cast<std::int64_t>(std::max<std::size_t>(regions.bytes(r), 1))},
+            DType::u8));
+      }
+      for (const GemmCall& call : calls) {
+        std::array<void*, 3> operands{};
+        for (std::size_t o = 0; o < 3; ++o) {
+          const auto [region, offset] = regions.locate(call.at[o]);
+          operands[o] = static_cast<unsigned char*>(buffers_[region].raw_data()) + offset;
+        }
+        operands_.push_back(operands);
+      }
+      return;
     }
-    for (std::int64_t n : most) buffers_.push_back(Tensor::zeros(ctx, Shape{n}, dtype));
+    std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
+    for (const GemmCall& call : calls) {
+      most[0] = std::max(most[0], call.desc.elements_a());
+      most[1] = std::max(most[1], call.desc.elements_b());
+      most[2] = std::max(most[2], call.desc.elements_c());
+    }
+    for (std::int64_t n : most) {
+      buffers_.push_back(Tensor::zeros(ctx, Shape{n}, dtype));
+      bytes_ += static_cast<std::size_t>(n) * dtype_size(dtype);
+    }
+    operands_.assign(calls.size(),
+                     {buffers_[0].raw_data(), buffers_[1].raw_data(), buffers_[2].raw_data()});
   }
+  // The bytes of the memory the products run on.
+  std::size_t bytes() const { return bytes_; }
   void run(std::size_t i) const {
-    const auto& [d, call_dtype] = calls_[i];
-    backend_.gemm(d, call_dtype, buffers_[0].raw_data(), buffers_[1].raw_data(),
-                  buffers_[2].raw_data());
+    const GemmCall& call = calls_[i];
+    backend_.gemm(call.desc, call.dtype, operands_[i][0], operands_[i][1], operands_[i][2]);
   }
   // Every recorded product in order, then wait().
   void run_all() const {
     for (std::size_t i = 0; i < calls_.size(); ++i) run(i);
     wait();
   }
-  // Reads C's first element on the host: waits for the device, no more.
+  // Reads the last C's first element on the host: waits for the device, no more.
   void wait() const {
     unsigned char first[8];
-    backend_.copy_to_host(first, buffers_[2].raw_data(), dtype_size(dtype_));
+    if (operands_.empty()) return;
+    backend_.copy_to_host(first, operands_.back()[2], dtype_size(dtype_));
     benchmark::DoNotOptimize(first);
   }
 
  private:
   Backend& backend_;
-  const std::vector<std::pair<GemmDesc, DType>>& calls_;
+  const std::vector<GemmCall>& calls_;
   DType dtype_;
   std::vector<Tensor> buffers_;
+  std::vector<std::array<void*, 3>> operands_;  // each call's A, B and C in buffers_
+  std::size_t bytes_ = 0;                       // of the buffers
 };
 
 // The step's GEMMs alone: one BM_LayerStep step is recorded (Observer::on_gemm), then each
@@ -349,17 +420,19 @@ double wall_ms(F&& f) {
 }
 
 // BM_LayerStep, BM_LayerGemms, BM_LayerTraffic and BM_LayerFloor in turn, each iteration, on one
-// layer: its first step (untimed) records the products and the other ops' traffic that the
-// three models run again. Each ratio is taken within an iteration, then the median over them.
+// layer, then the products and the floor again in the step's memory (GemmMemory::steps): its first
+// step (untimed) records the products and the other ops' traffic that the models run again. Each
+// ratio is taken within an iteration, then the median over them.
 void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) {
   const LayerConfig c = layer_config(state, choice);
   SteppedLayer stepped(c, device);
   StepOrder order;
   stepped.step_watched(order);
   const GemmRunner gemms(stepped.ctx, order.gemms.calls, c.dtype);
+  const GemmRunner own_gemms(stepped.ctx, order.gemms.calls, c.dtype, GemmMemory::steps);
   const CopyRunner copies(stepped.ctx, order.traffic.moves);
   struct Times {
-    double step, products, gemm, traffic, floor;
+    double step, products, gemm, traffic, floor, own, own_floor;
   };
   auto run_all_four = [&] {
     Times t{};
@@ -372,13 +445,15 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
     t.gemm = wall_ms([&] { gemms.run_all(); });
     t.traffic = wall_ms([&] { copies.run_all(); });
     t.floor = wall_ms([&] { order.run_floor(gemms, copies); });
+    t.own = wall_ms([&] { own_gemms.run_all(); });
+    t.own_floor = wall_ms([&] { order.run_floor(own_gemms, copies); });
     return t;
   };
   // Untimed: the runners took memory the first step had left in the backend's cache, so the next
   // step maps new pages (at s=256, h=512 that step took 15 to 30% longer than the ones after it).
   run_all_four();
   std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over,
-      products_ms, in_step;
+      products_ms, in_step, own_ms, own_over, own_floor_over;
   for (auto _ : state) {
     const Times t = run_all_four();
     step_ms.push_back(t.step);
@@ -390,6 +465,9 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
     over_gemm.push_back(t.step / t.gemm);
     apart.push_back((t.gemm + t.traffic) / t.gemm);
     floor_over.push_back(t.floor / t.gemm);
+    own_ms.push_back(t.own);
+    own_over.push_back(t.own / t.gemm);
+    own_floor_over.push_back(t.own_floor / t.gemm);
   }
   state.counters["step_ms"] = median(step_ms);
   state.counters["gemm_ms"] = median(gemm_ms);
@@ -400,6 +478,11 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   state.counters["floor_over_gemm"] = median(floor_over);
   state.counters["products_ms"] = median(products_ms);
   state.counters["in_step"] = median(in_step);
+  state.counters["own_ms"] = median(own_ms);
+  state.counters["own_over_gemm"] = median(own_over);
+  state.counters["own_floor_over_gemm"] = median(own_floor_over);
+  state.counters["gemm_MB"] = static_cast<double>(gemms.bytes()) / 1e6;
+  state.counters["own_MB"] = static_cast<double>(own_gemms.bytes()) / 1e6;
 }
 
 // Our flags, taken out of argv before Google Benchmark reads the rest.

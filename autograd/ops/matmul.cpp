@@ -63,7 +63,7 @@ MatmulPlan plan_matmul(const OpRecord& r, const Shape& a, const Shape& b, bool t
 void submit_gemm(Context& ctx, const GemmDesc& d, DType dtype, const void* a, const void* b,
                  void* c) {
   if (ctx.observed()) {
-    const GemmEvent event{ctx.site(), &d, dtype};
+    const GemmEvent event{ctx.site(), &d, dtype, a, b, c};
     ctx.notify([&](Observer& o) { o.on_gemm(event); });
   }
   ctx.backend().gemm(d, dtype, a, b, c);

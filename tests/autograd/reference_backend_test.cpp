@@ -84,8 +84,9 @@ TEST_P(CpuVsReference, GemmEveryTransposeBatchStrideAlphaAndBeta) {
 TEST_P(CpuVsReference, LowerTriangleOutOfPlaceAndInPlace) {
   // Squares inside padded rows and batch strides (the diagonal blocks of causal_matmul), moved to
   // packed squares, and zeroed above the diagonal where they are; 1 x 1 squares; more squares than
-  // the CPU backend's threads take whole.
-  for (auto [n, batch] : {std::array<std::int64_t, 2>{5, 3}, {1, 4}, {64, 37}}) {
+  // the CPU backend's threads take whole; a causal block's 32 squares of 32 x 32 at s=128 (8 heads,
+  // batch 4), shared out by the threads too.
+  for (auto [n, batch] : {std::array<std::int64_t, 2>{5, 3}, {1, 4}, {64, 37}, {32, 32}}) {
     TriangleDesc t;
     t.n = n;
     t.batch = batch;

@@ -5,6 +5,7 @@
 // that causal_matmul skips. bench/layer_bench's BM_LayerGemms times these products alone.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <vector>
 
 #include "autograd/flop_counter.h"
@@ -21,6 +22,7 @@ class GemmLog : public Observer {
   void on_gemm(const GemmEvent& e) override {
     descs.push_back(*e.desc);
     dtypes.push_back(e.dtype);
+    at.push_back({e.a, e.b, e.c});
   }
   double flops() const {
     double total = 0;
@@ -31,6 +33,7 @@ class GemmLog : public Observer {
   }
   std::vector<GemmDesc> descs;
   std::vector<DType> dtypes;
+  std::vector<std::array<const void*, 3>> at;  // A, B, C
 };
 
 TEST(GemmEvent, AMatmulAndItsBackwardAreThreeProductsWithTheirShapes) {
@@ -50,6 +53,27 @@ TEST(GemmEvent, AMatmulAndItsBackwardAreThreeProductsWithTheirShapes) {
   sum(y).backward();
   ASSERT_EQ(log.descs.size(), 3u);  // dA = dY B^T and dB = A^T dY
   EXPECT_EQ(log.flops(), 3 * 2.0 * 6 * 5 * 4);
+}
+
+TEST(GemmEvent, NamesWhereEachProductReadsAndWrites) {
+  Context ctx(0);
+  GemmLog log;
+  ObserverGuard attach(ctx, log);
+  Tensor a = Tensor::randn(ctx, Shape{6, 4}, 1, 1.0, DType::f64).set_requires_grad(true);
+  Tensor b = Tensor::parameter(Tensor::randn(ctx, Shape{4, 5}, 2, 1.0, DType::f64), "b");
+  Tensor y = matmul(a, b);
+  ASSERT_EQ(log.at.size(), 1u);
+  EXPECT_EQ(log.at[0][0], a.raw_data());
+  EXPECT_EQ(log.at[0][1], b.raw_data());
+  EXPECT_EQ(log.at[0][2], y.raw_data());
+  sum(y).backward();
+  ASSERT_EQ(log.at.size(), 3u);
+  // dA = dY B^T reads B and writes what becomes a's gradient; dB = A^T dY reads A and writes b's.
+  EXPECT_EQ(log.at[1][1], b.raw_data());
+  EXPECT_EQ(log.at[1][2], a.grad().raw_data());
+  EXPECT_EQ(log.at[2][0], a.raw_data());
+  EXPECT_EQ(log.at[2][2], b.grad().raw_data());
+  EXPECT_EQ(log.at[1][0], log.at[2][1]);  // both read dY
 }
 
 TEST(GemmEvent, ALayerStepsProductsAreThreeTimesItsForwardFlops) {
