@@ -26,14 +26,14 @@
 //                              timed inside it by their ops' begins and ends; medians over the
 //                              iterations) and step_over_gemm, in_step (products_ms / gemm),
 //                              apart ((gemm + traffic) / gemm), floor_over_gemm (medians of each
-//                              iteration's own ratios); then the GEMMs and the floor again on
+//                              iteration's own ratios); then the GEMMs and the floor again in
 //                              the step's own memory (each product's operands where the step had
-//                              them, in buffers of the regions they span: GemmMemory::steps),
-//                              own_ms and own_over_gemm, own_floor_over_gemm (and the memory of
-//                              each replay: gemm_MB, own_MB), so that what the
-//                              step's products lose to its footprint (the activations backward
-//                              keeps, beyond the caches) is told from the rest;
-//                              bench/layer_vs_torch.sh reports these;
+//                              them, in buffers of the regions they span: GemmMemory::steps):
+//                              own_ms, own_over_gemm and own_floor_over_gemm, with the bytes
+//                              each replay runs on (gemm_MB, own_MB), so that what the step's
+//                              products lose to its footprint (the activations backward keeps,
+//                              beyond the caches) is told from the rest; bench/layer_vs_torch.sh
+//                              reports these;
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -174,9 +174,8 @@ class GemmRunner {
     if (memory == GemmMemory::steps) {
       std::vector<bench::AddressSpan> spans;
       for (const GemmCall& call : calls) {
-        for (std::size_t o = 0; o < 3; ++o) {
-          spans.push_back({call.at[o], call.at[o] + call.bytes()[o]});
-        }
+        const std::array<std::uintptr_t, 3> bytes = call.bytes();
+        for (std::size_t o = 0; o < 3; ++o) spans.push_back({call.at[o], call.at[o] + bytes[o]});
       }
       const bench::OperandRegions regions(spans);
       bytes_ = regions.total_bytes();
@@ -434,7 +433,7 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   struct Times {
     double step, products, gemm, traffic, floor, own, own_floor;
   };
-  auto run_all_four = [&] {
+  auto run_each = [&] {
     Times t{};
     ProductClock products;
     {
@@ -451,11 +450,11 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   };
   // Untimed: the runners took memory the first step had left in the backend's cache, so the next
   // step maps new pages (at s=256, h=512 that step took 15 to 30% longer than the ones after it).
-  run_all_four();
+  run_each();
   std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over,
       products_ms, in_step, own_ms, own_over, own_floor_over;
   for (auto _ : state) {
-    const Times t = run_all_four();
+    const Times t = run_each();
     step_ms.push_back(t.step);
     products_ms.push_back(t.products);
     in_step.push_back(t.products / t.gemm);
