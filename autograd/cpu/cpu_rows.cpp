@@ -1,6 +1,7 @@
 // CpuBackend: reductions and the row-wise kernels (layernorm, rmsnorm, softmax, losses).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -96,6 +97,28 @@ kernels::LayerNormRowSums backward_row_sums(const T* dy, const T* x, const T* ga
 template <class T>
 using exp_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// The lanes a softmax row's loops pad to (softmax_row): an AVX-512 vector of floats.
+constexpr std::int64_t kRowPad = 16;
+
+// The largest of v[0 .. n) as kernels::max_of takes it (a NaN is passed over; -inf when n = 0),
+// 8 at a time in a vector of GCC's and Clang's extension: the same comparison over lanes in an
+// array (lane_reduce) stayed scalar, a load, a compare and a spill per element.
+inline float max_of_floats(const float* v, std::int64_t n) {
+  typedef float Floats8 __attribute__((vector_size(32)));
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  Floats8 lanes = Floats8{} + kLowest;
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    Floats8 x;
+    std::memcpy(&x, v + k, sizeof x);
+    lanes = lanes < x ? x : lanes;
+  }
+  float mx = kLowest;
+  for (int l = 0; l < 8; ++l) mx = mx < lanes[l] ? lanes[l] : mx;
+  for (; k < n; ++k) mx = mx < v[k] ? v[k] : mx;
+  return mx;
+}
+
 // One softmax row of n elements, the first `visible` unmasked (none: a row of zeros); e holds n
 // scratch values. f64: kernels::row_max, then each exp(x_j - max) in double (libm) kept for the
 // sum and the quotients, the shared kernel's arithmetic in its order. f32 and the 2-byte types:
@@ -112,17 +135,26 @@ void softmax_row(const T* in, T* out, std::int64_t n, std::int64_t visible, exp_
     for (std::int64_t j = 0; j < seen; ++j) total += (e[j] = std::exp(in[j] - mx));
     for (std::int64_t j = 0; j < seen; ++j) out[j] = e[j] / total;
   } else {
-    // The max as kernels::max_of takes it: a NaN element is passed over (and makes its own
-    // exponential, the sum and so the row NaN).
-    const float mx = lane_reduce<16>(
-        seen, -std::numeric_limits<float>::infinity(),
-        [&](std::int64_t k) { return static_cast<float>(in[k]); },
-        [](float a, float b) { return a < b ? b : a; });
-    for (std::int64_t k = 0; k < seen; ++k) e[k] = static_cast<float>(in[k]) - mx;
-    cpu::exp_floats(e, seen);
+    // The row's visible values into e, then -inf up to `padded` (seen rounded up to whole
+    // vectors, within the row), so that the loops after run in whole vectors (a causal row's seen
+    // is 1 to s: its tails are most of a short row) and read e, never in past seen (a loop that
+    // reads in[k] only for k < seen cannot load whole vectors of it). exp(-inf) = 0 adds
+    // nothing to the sum (the same bits as a sum to seen) and is written as 0. With
+    // max_of_floats, 8% off a [4, 8, 128, 128] causal softmax on one core (docs/benchmarks.md).
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    const std::int64_t padded = std::min(n, (seen + kRowPad - 1) / kRowPad * kRowPad);
+    for (std::int64_t k = 0; k < seen; ++k) e[k] = static_cast<float>(in[k]);
+    for (std::int64_t k = seen; k < padded; ++k) e[k] = kMasked;
+    const float mx = max_of_floats(e, padded);
+    for (std::int64_t k = 0; k < padded; ++k) e[k] -= mx;
+    cpu::exp_floats(e, padded);
     const auto inverse =
-        static_cast<float>(1.0 / lane_sum(seen, [&](std::int64_t k) { return double{e[k]}; }));
-    for (std::int64_t k = 0; k < seen; ++k) out[k] = static_cast<T>(e[k] * inverse);
+        static_cast<float>(1.0 / lane_sum(padded, [&](std::int64_t k) { return double{e[k]}; }));
+    for (std::int64_t k = 0; k < padded; ++k) {
+      out[k] = static_cast<T>(k < seen ? e[k] * inverse : 0.0f);
+    }
+    for (std::int64_t j = padded; j < n; ++j) out[j] = T(0);
+    return;
   }
   for (std::int64_t j = seen; j < n; ++j) out[j] = T(0);
 }
@@ -143,8 +175,21 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
     for (std::int64_t r = first; r < end; ++r) {
       const kernels::Welford<double> w = row_statistics(x.data<T>() + r * h, h, centered);
       const double inv = kernels::layernorm_rstd(w, eps);
-      kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h, 0,
-                                       1, w.mean, inv);
+      if constexpr (!std::is_same_v<T, double>) {
+        // kernels::layernorm_normalise_row with (x - mean) rstd in f32 where it computes it in
+        // double: 8 lanes to a vector where double has 4, an f32 rounding or two apart.
+        const T* in = x.data<T>() + r * h;
+        T* out = y.data<T>() + r * h;
+        const auto fmu = static_cast<float>(w.mean), finv = static_cast<float>(inv);
+        for (std::int64_t j = 0; j < h; ++j) {
+          const float scaled =
+              (static_cast<float>(in[j]) - fmu) * finv * static_cast<float>(gamma[j]);
+          out[j] = static_cast<T>(beta ? scaled + static_cast<float>(beta[j]) : scaled);
+        }
+      } else {
+        kernels::layernorm_normalise_row(x.data<T>() + r * h, gamma, beta, y.data<T>() + r * h, h,
+                                         0, 1, w.mean, inv);
+      }
       if (mean) mean[r] = static_cast<statistic_t<T>>(w.mean);
       rstd[r] = static_cast<statistic_t<T>>(inv);
     }
@@ -170,30 +215,36 @@ void normalise_rows_backward(cpu::RowThreads& threads, const Tensor& dy, const T
       const double n = static_cast<double>(h);
       const double mean_dxhat = centered ? row.dxhat / n : 0.0;
       const double mean_dxhat_xhat = row.dxhat_xhat / n;
-      if constexpr (kernels::is_half_v<T>) {
-        // kernels::layernorm_backward_row in f32, rounded once to T (as softmax_backward's row):
-        // a loop the compiler vectorises; f32 roundings, far below an ulp of T but for
-        // cancellation.
+      double* dg = sums;
+      double* db = dbeta ? sums + h : nullptr;
+      if constexpr (!std::is_same_v<T, double>) {
+        // kernels::layernorm_backward_row in f32, rounded once to T (as softmax_backward's row),
+        // and the row's terms of dgamma and dbeta (in double, from the f32 xhat) in the same
+        // loop: one pass over the row where the shared kernels take two, in a loop the compiler
+        // vectorises; f32 roundings, far below an ulp of a 2-byte T but for cancellation, a few
+        // ulps of an f32 one.
         const auto fmu = static_cast<float>(mu), finv = static_cast<float>(inv);
         const auto a = static_cast<float>(mean_dxhat), b = static_cast<float>(mean_dxhat_xhat);
         T* o = dx.data<T>() + r * h;
-        for (std::int64_t j = 0; j < h; ++j) {
-          const float xhat = (static_cast<float>(in[j]) - fmu) * finv;
-          const float dxhat = static_cast<float>(gy[j]) * static_cast<float>(gamma[j]);
-          o[j] = static_cast<T>(finv * (dxhat - a - xhat * b));
+        auto row_pass = [&](auto with_beta) {
+          for (std::int64_t j = 0; j < h; ++j) {
+            const auto g = static_cast<float>(gy[j]);
+            const float xhat = (static_cast<float>(in[j]) - fmu) * finv;
+            o[j] = static_cast<T>(finv * (g * static_cast<float>(gamma[j]) - a - xhat * b));
+            dg[j] += static_cast<double>(g) * static_cast<double>(xhat);
+            if constexpr (decltype(with_beta)::value) db[j] += static_cast<double>(g);
+          }
+        };
+        if (db) {
+          row_pass(std::true_type{});
+        } else {
+          row_pass(std::false_type{});
         }
       } else {
         kernels::layernorm_backward_row(gy, in, gamma, dx.data<T>() + r * h, h, 0, 1, mu, inv,
                                         mean_dxhat, mean_dxhat_xhat);
-      }
-      double* dg = sums;
-      if (dbeta) {
-        double* db = sums + h;
         for (std::int64_t j = 0; j < h; ++j)
-          kernels::layernorm_param_grad_add(dg[j], db[j], gy[j], in[j], mu, inv);
-      } else {
-        for (std::int64_t j = 0; j < h; ++j)
-          kernels::layernorm_param_grad_add(dg[j], nullptr, gy[j], in[j], mu, inv);
+          kernels::layernorm_param_grad_add(dg[j], db ? db + j : nullptr, gy[j], in[j], mu, inv);
       }
     }
   };
