@@ -37,7 +37,7 @@
 //   BM_LayerKernel/NAME/s/b/h/a/g  one of the layer's element and row kernels (its norm, softmax,
 //                              dropouts, MLP activation; a copy for the machine's rate) called
 //                              back to back on tensors of its own, in cache: its time alone,
-//                              the bytes it takes (MB) and their rate (GB/s);
+//                              the bytes it takes (MB) and their rate (bytes_per_second);
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]
@@ -623,7 +623,8 @@ class LayerKernels {
   std::vector<Kernel> kernels_;
 };
 
-// One of LayerKernels' kernels, by name: its time per call, its bytes and the rate they make.
+// One of LayerKernels' kernels, by name: its time per call, its bytes (MB) and the rate they make
+// (bytes_per_second).
 void BM_LayerKernel(benchmark::State& state, Device device, LayerChoice choice,
                     const std::string& kernel) {
   const LayerConfig c = layer_config(state, choice);
@@ -643,8 +644,7 @@ void BM_LayerKernel(benchmark::State& state, Device device, LayerChoice choice,
     set.wait();
   }
   state.counters["MB"] = it->bytes / 1e6;
-  state.counters["GB/s"] = benchmark::Counter(
-      it->bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetBytesProcessed(static_cast<std::int64_t>(it->bytes) * state.iterations());
 }
 
 // Our flags, taken out of argv before Google Benchmark reads the rest.

@@ -41,8 +41,8 @@ for name, bytes_ in expected.items():
         continue
     if abs(run["MB"] * 1e6 - bytes_) > 0.5:
         bad.append(f"{name}: {run['MB'] * 1e6:.0f} bytes, expected {bytes_}")
-    if not run["GB/s"] > 0:
-        bad.append(f"{name}: a rate of {run['GB/s']} GB/s")
+    if not run["bytes_per_second"] > 0:
+        bad.append(f"{name}: a rate of {run['bytes_per_second']} bytes/s")
 for line in bad:
     print(f"{model}: {line}", file=sys.stderr)
 sys.exit(1 if bad else 0)

@@ -177,13 +177,18 @@ void normalise_rows(cpu::RowThreads& threads, const Tensor& x, const T* gamma, c
       const double inv = kernels::layernorm_rstd(w, eps);
       if constexpr (!std::is_same_v<T, double>) {
         // kernels::layernorm_normalise_row with (x - mean) rstd in f32 where it computes it in
-        // double: 8 lanes to a vector where double has 4, an f32 rounding or two apart.
+        // double: 8 lanes to a vector where double has 4, an f32 rounding or two apart. The mean
+        // as two floats (its f32 rounding and the rest), so that a row far from 0 against its
+        // spread (x = 1e4 + U(-1, 1)) does not lose (mean - f32(mean)) rstd from every element:
+        // x - mean_high is exact for x near the mean.
         const T* in = x.data<T>() + r * h;
         T* out = y.data<T>() + r * h;
-        const auto fmu = static_cast<float>(w.mean), finv = static_cast<float>(inv);
+        const auto mean_high = static_cast<float>(w.mean);
+        const auto mean_low = static_cast<float>(w.mean - static_cast<double>(mean_high));
+        const auto finv = static_cast<float>(inv);
         for (std::int64_t j = 0; j < h; ++j) {
-          const float scaled =
-              (static_cast<float>(in[j]) - fmu) * finv * static_cast<float>(gamma[j]);
+          const float centred = (static_cast<float>(in[j]) - mean_high) - mean_low;
+          const float scaled = centred * finv * static_cast<float>(gamma[j]);
           out[j] = static_cast<T>(beta ? scaled + static_cast<float>(beta[j]) : scaled);
         }
       } else {
