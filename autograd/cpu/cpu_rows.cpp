@@ -134,6 +134,7 @@ void softmax_row(const T* in, T* out, std::int64_t n, std::int64_t visible, exp_
     double total = 0.0;
     for (std::int64_t j = 0; j < seen; ++j) total += (e[j] = std::exp(in[j] - mx));
     for (std::int64_t j = 0; j < seen; ++j) out[j] = e[j] / total;
+    for (std::int64_t j = seen; j < n; ++j) out[j] = T(0);
   } else {
     // The row's visible values into e, then -inf up to `padded` (seen rounded up to whole
     // vectors, within the row), so that the loops after run in whole vectors (a causal row's seen
@@ -154,9 +155,7 @@ void softmax_row(const T* in, T* out, std::int64_t n, std::int64_t visible, exp_
       out[k] = static_cast<T>(k < seen ? e[k] * inverse : 0.0f);
     }
     for (std::int64_t j = padded; j < n; ++j) out[j] = T(0);
-    return;
   }
-  for (std::int64_t j = seen; j < n; ++j) out[j] = T(0);
 }
 
 // The element type of a norm's saved mean and rstd for rows of T: f32 for the 2-byte types
