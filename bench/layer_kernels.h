@@ -15,6 +15,7 @@
 #include "autograd/backend.h"
 #include "autograd/context.h"
 #include "autograd/tensor.h"
+#include "parallel/layers/attention_core.h"
 #include "parallel/layers/layer_config.h"
 
 namespace shardscope::bench {
@@ -24,8 +25,8 @@ namespace shardscope::bench {
 // beside the step's slices of it (bench/trace_ops.py) and a copy of the same bytes. The kernels
 // are the backend calls of the layer's choices: its norm (LayerNorm or RMSNorm), the attention's
 // softmax (causal or not) and its dropout on the [b, a, s, s] scores, the MLP's activation (GeLU
-// or SwiGLU), a dropout on [s, b, h] (hidden), RoPE's rotation where the layer has it, and a copy
-// of the MLP's [s, b, f] (ffn) for the machine's rate at that size.
+// or SwiGLU), a dropout on [s, b, h] (hidden), RoPE's rotation where the layer has it, the heads'
+// split and merge, and a copy of the MLP's [s, b, f] (ffn) for the machine's rate at that size.
 class LayerKernels {
  public:
   using Run = std::function<void()>;
@@ -35,7 +36,7 @@ class LayerKernels {
     Run run;
   };
 
-  LayerKernels(Context& ctx, const LayerConfig& c) : ctx_(ctx) {
+  LayerKernels(Context& ctx, const LayerConfig& c) : ctx_(ctx), config_(c) {
     Backend& be = ctx.backend();
     const DType dt = c.dtype;
     const std::int64_t s = c.seq, b = c.batch, h = c.hidden, a = c.heads, f = c.ffn_width();
@@ -122,6 +123,18 @@ class LayerKernels {
       add("rope_forward", {&q, &rotated},
           [&be, &q, base, &rotated] { be.rope_forward(q, 2, 0, base, false, rotated); });
     }
+    // The attention's heads out of the fused QKV columns and the context's back to [s, b, h]
+    // (head_split and merge_heads' permute, two copies), through the layer's own functions, so
+    // that the columns are its (GPT's grouped by head; under GQA the queries', then the keys' and
+    // values'). Their outputs are new tensors each call, from the backend's cache, as many bytes
+    // as their inputs (the second entry of each list stands for them).
+    const std::int64_t d = c.head_dim(), g = c.kv_heads_count();
+    Tensor& qkv = make({s, b, (a + 2 * g) * d}, dt, 10);
+    const LayerConfig* layer = &config_;  // the kernels may outlive `c`
+    add("head_split", {&qkv, &qkv},
+        [layer, &qkv] { split_heads(*layer, qkv, layer->heads, layer->kv_heads_count()); });
+    Tensor& context = make({b, a, s, d}, dt, 11);
+    add("merge_heads", {&context, &context}, [layer, &context] { merge_heads(*layer, context); });
     add("copy_ffn", {&act_dy, &act_out}, [&be, &act_dy, &act_out] { be.copy(act_dy, act_out); });
   }
   LayerKernels(const LayerKernels&) = delete;  // the kernels hold this set's tensors
@@ -148,6 +161,7 @@ class LayerKernels {
     kernels_.push_back({std::move(name), bytes, std::move(run)});
   }
   Context& ctx_;
+  const LayerConfig config_;
   std::deque<Tensor> tensors_;
   std::vector<Kernel> kernels_;
 };
