@@ -37,8 +37,8 @@
 //   BM_LayerKernel/NAME/s/b/h/a/g  one of the layer's element and row kernels (its norm, softmax,
 //                              dropouts, MLP activation, the heads' split and merge; a copy for
 //                              the machine's rate) called back to back on tensors of its own,
-//                              in cache: its time alone,
-//                              the bytes it takes (MB) and their rate (bytes_per_second);
+//                              in cache: its time alone, the bytes it takes (MB) and their rate
+//                              (bytes_per_second);
 // Threads: OPENBLAS_NUM_THREADS (GEMMs and the CPU backend's loops). Run:
 //   ./build/default/bench/layer_bench [--backend=cpu|cuda] [--model=gpt|llama] [--dtype=D]
 //                                     [--dropout=P] [--shape=s,b,h,a[,g] ...] [--benchmark_...]

@@ -131,8 +131,7 @@ class LayerKernels {
     const std::int64_t d = c.head_dim(), g = c.kv_heads_count();
     Tensor& qkv = make({s, b, (a + 2 * g) * d}, dt, 10);
     const LayerConfig* layer = &config_;  // the kernels may outlive `c`
-    add("head_split", {&qkv, &qkv},
-        [layer, &qkv] { split_heads(*layer, qkv, layer->heads, layer->kv_heads_count()); });
+    add("head_split", {&qkv, &qkv}, [layer, &qkv, a, g] { split_heads(*layer, qkv, a, g); });
     Tensor& context = make({b, a, s, d}, dt, 11);
     add("merge_heads", {&context, &context}, [layer, &context] { merge_heads(*layer, context); });
     add("copy_ffn", {&act_dy, &act_out}, [&be, &act_dy, &act_out] { be.copy(act_dy, act_out); });
