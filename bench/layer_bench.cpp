@@ -128,10 +128,13 @@ void BM_LayerStep(benchmark::State& state, Device device, LayerChoice choice) {
 }
 
 // One step (forward and backward of sum(y)) of a new layer `c` in ctx with `observers` attached:
-// what the benchmarks that replay a step's products or traffic record.
+// what the benchmarks that replay a step's products or traffic record. It is the layer's second
+// step, as the timed steps are: its weights' gradients accumulate into the first's (their products
+// add into them, ops_detail::accumulation_target).
 void record_step(Context& ctx, const LayerConfig& c, std::initializer_list<Observer*> observers) {
   TransformerLayer layer(c, make_layer_weights(ctx, c));
   Tensor x = Tensor::randn(ctx, {c.seq, c.batch, c.hidden}, 3, 1.0, c.dtype);
+  sum(layer.forward(x)).backward();
   for (Observer* o : observers) ctx.add_observer(o);
   sum(layer.forward(x)).backward();
   for (Observer* o : observers) ctx.remove_observer(o);

@@ -224,20 +224,25 @@ std::vector<Tensor> matmul_backward(Node& node, const std::vector<Tensor>& grads
   const Tensor& a = node.saved(0);
   const Tensor& b = node.saved(1);
   const Tensor& dc = grads[0];  // [..., m, n]
+  // Each gradient is written into a new tensor, or added into the gradient its input, a leaf,
+  // already holds (ops_detail::accumulation_target).
   Tensor da, db;
   if (node.needs_input_grad(0)) {
     // dA = alpha dC op(B)^T: [m, n] x [n, k]
-    da = ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
-    run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b, alpha);
+    const Tensor into = ops_detail::accumulation_target(node, 0);
+    da = into.defined() ? into : ops_detail::new_tensor(dc.ctx(), node.input_shapes[0], dc.dtype());
+    run_gemm(dc, false, b, !transpose_b, da, p.m, p.k, p.n, p.batch, p.shared_b, alpha,
+             into.defined());
   }
   if (node.needs_input_grad(1)) {
-    db = ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
+    const Tensor into = ops_detail::accumulation_target(node, 1);
+    db = into.defined() ? into : ops_detail::new_tensor(dc.ctx(), node.input_shapes[1], dc.dtype());
     if (!transpose_b) {
       // dB = alpha A^T dC: [k, m] x [m, n]; a shared B sums over every row of the batch.
-      run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false, alpha);
+      run_gemm(a, true, dc, false, db, p.k, p.n, p.m, p.batch, false, alpha, into.defined());
     } else {
       // B holds [n, k]: dB = alpha dC^T A: [n, m] x [m, k]
-      run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false, alpha);
+      run_gemm(dc, true, a, false, db, p.n, p.k, p.m, p.batch, false, alpha, into.defined());
     }
   }
   return {da, db};
@@ -305,10 +310,10 @@ Tensor linear_grad_input(const Tensor& dy, const Tensor& w) {
   return dx;
 }
 
-Tensor linear_grad_weight(const Tensor& x, const Tensor& dy) {
-  Tensor dw = new_tensor(x.ctx(), Shape{x.dim(-1), dy.dim(-1)}, x.dtype());
+Tensor linear_grad_weight(const Tensor& x, const Tensor& dy, const Tensor& into) {
+  Tensor dw = into.defined() ? into : new_tensor(x.ctx(), Shape{x.dim(-1), dy.dim(-1)}, x.dtype());
   run_gemm(x, true, dy, false, dw, x.dim(-1), dy.dim(-1),
-           x.numel() / std::max<std::int64_t>(x.dim(-1), 1), 1, false);
+           x.numel() / std::max<std::int64_t>(x.dim(-1), 1), 1, false, 1.0, into.defined());
   return dw;
 }
 

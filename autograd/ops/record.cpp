@@ -177,6 +177,17 @@ bool is_suffix(const Shape& suffix, const Shape& full) {
   return true;
 }
 
+Tensor accumulation_target(const Node& node, std::size_t i) {
+  const Edge& edge = node.edges().at(i);
+  if (!edge.leaf || !edge.leaf->requires_grad || node.ctx().check_finite()) return Tensor();
+  const Tensor& grad = edge.leaf->grad;
+  if (!grad.defined() || &grad.ctx() != &node.ctx() || grad.shape() != node.input_shapes.at(i) ||
+      grad.dtype() != node.input_dtypes.at(i)) {
+    return Tensor();
+  }
+  return grad;
+}
+
 Tensor new_like(const Tensor& like) {
   return Tensor::uninitialized(like.ctx(), like.shape(), like.dtype());
 }

@@ -66,8 +66,19 @@ Tensor reduce_to(const Tensor& dy, const Shape& shape);
 // fused sequence-parallel linear. x is [..., in], w [in, out], dy [..., out].
 // x w: [..., out]; with a bias [out], x w + bias in one GEMM (its output starts as the bias rows).
 Tensor linear_values(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
-Tensor linear_grad_input(const Tensor& dy, const Tensor& w);   // dy w^T: [..., in]
-Tensor linear_grad_weight(const Tensor& x, const Tensor& dy);  // x^T dy: [in, out]
+Tensor linear_grad_input(const Tensor& dy, const Tensor& w);  // dy w^T: [..., in]
+// x^T dy: [in, out]; with `into` defined (accumulation_target), added into it and `into` returned.
+Tensor linear_grad_weight(const Tensor& x, const Tensor& dy, const Tensor& into = Tensor());
+
+// Gradient-accumulation fusion (Megatron-LM's gradient_accumulation_fusion): where input `i` of
+// `node` is a leaf that already holds a gradient of the input's shape and dtype (a step that
+// accumulates into the last one's, micro-batch after micro-batch), that gradient, for the
+// backward's product to add its contribution into (beta 1) and return as the input's gradient:
+// the engine then leaves the leaf's gradient as it is (Engine: accumulate_into_leaf), where a new
+// tensor would cost BLAS's pass that zeroes it and the engine's add over both. Undefined when the
+// input is no such leaf, and under Context::check_finite, whose sums are checked before they are
+// stored.
+Tensor accumulation_target(const Node& node, std::size_t i);
 
 // A new tensor in the op's context with `like`'s shape and dtype (or the given ones), for an
 // output the op writes whole: its memory starts with any content (Tensor::uninitialized; NaN

@@ -50,7 +50,10 @@ Tensor biased_matmul(const Tensor& x, const Tensor& w, const Tensor& b) {
       const Tensor& dy = grads[0];
       std::vector<Tensor> out(3);
       if (self.needs_input_grad(0)) out[0] = ops_detail::linear_grad_input(dy, self.saved(1));
-      if (self.needs_input_grad(1)) out[1] = ops_detail::linear_grad_weight(self.saved(0), dy);
+      if (self.needs_input_grad(1)) {
+        out[1] = ops_detail::linear_grad_weight(self.saved(0), dy,
+                                                ops_detail::accumulation_target(self, 1));
+      }
       if (self.needs_input_grad(2)) out[2] = ops_detail::reduce_to(dy, self.input_shapes[2]);
       return out;
     });

@@ -21,6 +21,7 @@
 namespace shardscope {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -62,6 +63,18 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class LocalLinear : public ::testing::TestWithParam<Case> {};
 
+// The storages of the gradients flowing out of each backward node.
+class GradientIds final : public Observer {
+ public:
+  void on_op_end(const OpEvent& e) override {
+    if (e.site.phase != Phase::backward || e.output_tensors == nullptr) return;
+    for (const Tensor& g : *e.output_tensors) {
+      if (g.defined()) ids.push_back(g.storage()->id());
+    }
+  }
+  std::vector<std::uint64_t> ids;
+};
+
 // Small odd rows, and rows and columns above the CPU backend's thresholds (a GEMM cut over its
 // threads, the bias's rows copied by both).
 TEST_P(LocalLinear, BiasInTheProductGivesWhatAMatmulAndAnAddGive) {
@@ -76,6 +89,46 @@ TEST_P(LocalLinear, BiasInTheProductGivesWhatAMatmulAndAnAddGive) {
     EXPECT_LE(worst(fused.dx, apart.dx), c.tolerance) << "x's gradient";
     EXPECT_LE(worst(fused.dw, apart.dw), c.tolerance) << "the weight's gradient";
     EXPECT_LE(worst(fused.db, apart.db), c.tolerance) << "the bias's gradient";
+  }
+}
+
+// Two backwards through the same weight: the second adds its product into the gradient the first
+// left (ops_detail::accumulation_target), the sum of what each gives alone; with the bias in the
+// product and without it (a matmul and an add).
+TEST_P(LocalLinear, ASecondBackwardAddsItsProductIntoTheWeightsGradient) {
+  const Case c = GetParam();
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "bias in the product" : "matmul and add");
+    Context ctx{0, c.device};
+    const Tensor x = Tensor::randn(ctx, {64, 8, 96}, 1, 1.0, c.dtype);
+    Tensor w = Tensor::randn(ctx, {96, 256}, 2, 0.2, c.dtype);
+    Tensor b = Tensor::randn(ctx, {256}, 3, 1.0, c.dtype);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    auto backward = [&](std::uint64_t seed) {
+      const Tensor y = fused ? local_linear(x, {w}, {b}) : add(matmul(x, w), b);
+      y.backward(Tensor::randn(ctx, y.shape(), seed, 1.0, c.dtype));
+    };
+    std::vector<double> alone;
+    for (const std::uint64_t seed : {4u, 5u}) {
+      w.zero_grad();
+      backward(seed);
+      const std::vector<double> g = w.grad().to_vector();
+      alone.resize(g.size(), 0.0);
+      for (std::size_t i = 0; i < g.size(); ++i) alone[i] += g[i];
+    }
+    w.zero_grad();
+    backward(4);
+    const std::uint64_t first = w.grad().storage()->id();
+    GradientIds out;
+    {
+      ObserverGuard watch(ctx, out);
+      backward(5);
+    }
+    EXPECT_EQ(w.grad().storage()->id(), first);
+    EXPECT_THAT(out.ids, Contains(first))
+        << "no backward node handed back the weight's own gradient: the product wrote a new one";
+    EXPECT_LE(worst(w.grad().to_vector(), alone), c.tolerance);
   }
 }
 
