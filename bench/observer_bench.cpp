@@ -3,10 +3,11 @@
 //   BM_ObserverOverhead/s/b/h/a  a training step (forward, backward, SGD) with no observer and
 //                              with the TraceRecorder and the MemoryLedger attached, the two
 //                              alternating step by step so that drift of the machine's load hits
-//                              both. Counters: none_ms and observed_ms (median wall time of each),
-//                              ratio (median of the pairs' wall-time ratios) and cpu_ratio (the
-//                              same with the process's CPU time, all threads: the work the
-//                              observers add, which other programs on the machine inflate less).
+//                              both, each pair in the other order from the last. Counters: none_ms
+//                              and observed_ms (median wall time of each), ratio (median of the
+//                              pairs' wall-time ratios) and cpu_ratio (the same with the process's
+//                              CPU time, all threads: the work the observers add, which other
+//                              programs on the machine inflate less).
 //   BM_ObserverHooks/s/b/h/a     one such step's observer calls made again, without the step, on
 //                              a new recorder and a new ledger: each one's cost per call
 //                              (counters recorder_ns, ledger_ns; calls: a step's).
@@ -81,13 +82,27 @@ void BM_ObserverOverhead(benchmark::State& state) {
   };
   train_step();  // untimed: the first step maps its memory
   std::vector<double> bare, observed, wall_ratio, cpu_ratio;
-  for (auto _ : state) {
-    const StepTime none = train_step();
+  auto observed_step = [&] {
     ctx.add_observer(&ledger);
     ctx.add_observer(&recorder);
     const StepTime with = train_step();
     ctx.remove_observer(&recorder);
     ctx.remove_observer(&ledger);
+    return with;
+  };
+  bool observed_first = false;
+  for (auto _ : state) {
+    // Each pair in the other order from the last, so that what a step leaves the next (its
+    // memory in the caches, the loop workers spinning or asleep) falls on both alike.
+    StepTime none, with;
+    if (observed_first) {
+      with = observed_step();
+      none = train_step();
+    } else {
+      none = train_step();
+      with = observed_step();
+    }
+    observed_first = !observed_first;
     bare.push_back(none.wall_ms);
     observed.push_back(with.wall_ms);
     wall_ratio.push_back(with.wall_ms / none.wall_ms);

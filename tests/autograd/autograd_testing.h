@@ -13,6 +13,7 @@
 #include "autograd/errors.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
+#include "autograd/observer.h"
 #include "autograd/ops.h"
 #include "autograd/tensor.h"
 
@@ -65,5 +66,17 @@ std::string message_of(F&& call) {
   ADD_FAILURE() << "did not throw";
   return "";
 }
+
+// The storages of the gradients flowing out of each backward node, in order.
+class GradientIds final : public Observer {
+ public:
+  void on_op_end(const OpEvent& e) override {
+    if (e.site.phase != Phase::backward || e.output_tensors == nullptr) return;
+    for (const Tensor& g : *e.output_tensors) {
+      if (g.defined()) ids.push_back(g.storage()->id());
+    }
+  }
+  std::vector<std::uint64_t> ids;
+};
 
 }  // namespace shardscope::testing

@@ -16,20 +16,9 @@
 namespace shardscope {
 namespace {
 
+using testing::GradientIds;
 using testing::kF64Tol;
 using testing::leaf64;
-
-// The storages of the gradients flowing out of each backward node, in order.
-class GradientIds : public Observer {
- public:
-  void on_op_end(const OpEvent& e) override {
-    if (e.site.phase != Phase::backward || e.output_tensors == nullptr) return;
-    for (const Tensor& g : *e.output_tensors) {
-      if (g.defined()) ids.push_back(g.storage()->id());
-    }
-  }
-  std::vector<std::uint64_t> ids;
-};
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());

@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::ElementsAre;
+using testing::GradientIds;
 using ::testing::HasSubstr;
 
 // The largest |a - b| over max(1, max |b|): 0 when the two lists are equal.
@@ -62,18 +63,6 @@ void PrintTo(const Case& c, std::ostream* os) {
 }
 
 class LocalLinear : public ::testing::TestWithParam<Case> {};
-
-// The storages of the gradients flowing out of each backward node.
-class GradientIds final : public Observer {
- public:
-  void on_op_end(const OpEvent& e) override {
-    if (e.site.phase != Phase::backward || e.output_tensors == nullptr) return;
-    for (const Tensor& g : *e.output_tensors) {
-      if (g.defined()) ids.push_back(g.storage()->id());
-    }
-  }
-  std::vector<std::uint64_t> ids;
-};
 
 // Small odd rows, and rows and columns above the CPU backend's thresholds (a GEMM cut over its
 // threads, the bias's rows copied by both).
