@@ -56,8 +56,9 @@ bool adoptable(const TensorImpl& leaf, const Tensor& g) {
 // a checked gradient needs no look).
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g, const Node* n, std::size_t i) {
   // A backward that added its contribution into the leaf's gradient itself hands that gradient
-  // back (ops_detail::accumulation_target): nothing is left to add.
-  if (leaf.grad.defined() && g.impl() == leaf.grad.impl()) return;
+  // back (ops_detail::accumulation_target): nothing is left to add. (A seed that is the leaf's
+  // own gradient, root.backward(root.grad()), is added as any seed.)
+  if (n != nullptr && leaf.grad.defined() && g.impl() == leaf.grad.impl()) return;
   Context& ctx = *leaf.ctx;
   if (!leaf.grad.defined() && adoptable(leaf, g)) {
     g.storage()->set_category(MemoryCategory::gradient);

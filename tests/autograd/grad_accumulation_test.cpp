@@ -99,6 +99,15 @@ TEST_P(GradientAccumulation, UnderTheFiniteCheckTheProductWritesANewTensor) {
   expect_near_all(w.grad().to_vector(), times(column_sums(x.to_vector(), 5, 3, 4), 2.0));
 }
 
+// Only a node's handed-back gradient is left as it is: a backward from a leaf seeded with the
+// leaf's own gradient adds it, as any seed.
+TEST_P(GradientAccumulation, ALeafSeededWithItsOwnGradientAddsIt) {
+  const Tensor x = leaf64(ctx, {2, 3}, 4, "x");
+  x.backward(Tensor::full(ctx, {2, 3}, 1.5, DType::f64));
+  x.backward(x.grad());
+  expect_near_all(x.grad().to_vector(), std::vector<double>(6, 3.0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GradientAccumulation,
                          ::testing::Values(DeviceKind::cpu, DeviceKind::reference),
                          [](const ::testing::TestParamInfo<DeviceKind>& param) {
