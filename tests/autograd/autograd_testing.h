@@ -45,6 +45,14 @@ inline Tensor const64(Context& ctx, const Shape& shape, std::uint64_t seed, doub
   return Tensor::randn(ctx, shape, seed, std, DType::f64);
 }
 
+// Fails the calling test at every element of `got` more than `tol` from `want`'s, naming its
+// index (and once when the lengths differ).
+inline void expect_near_all(const std::vector<double>& got, const std::vector<double>& want,
+                            double tol = kF64Tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
 // Runs gradcheck and fails the calling test with its report when the gradients disagree.
 inline void expect_gradients_match(const GradcheckFn& f, const std::vector<Tensor>& inputs) {
   const GradcheckResult r = gradcheck(f, inputs, gradcheck_tolerances());

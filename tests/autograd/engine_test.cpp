@@ -11,14 +11,9 @@ namespace shardscope {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::expect_near_all;
 using ::testing::HasSubstr;
-using testing::kF64Tol;
 using testing::leaf64;
-
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], kF64Tol) << "at " << i;
-}
 
 // Records the backward nodes as they run, and the saved bytes kept and released.
 class BackwardLog : public Observer {

@@ -16,14 +16,9 @@
 namespace shardscope {
 namespace {
 
+using testing::expect_near_all;
 using testing::GradientIds;
-using testing::kF64Tol;
 using testing::leaf64;
-
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], kF64Tol) << "at " << i;
-}
 
 // x^T ones [k, n]: the gradient of sum(x w) for w [k, n].
 std::vector<double> column_sums(const std::vector<double>& x, std::int64_t m, std::int64_t k,

@@ -13,13 +13,9 @@ namespace shardscope {
 namespace {
 
 using testing::const64;
+using testing::expect_near_all;
 using testing::kF32Tol;
 using testing::kF64Tol;
-
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
-}
 
 class OpsForward : public testing::BackendTest {};
 
