@@ -25,11 +25,6 @@ MemoryCategory saved_category(SaveRole role) {
 
 }  // namespace
 
-std::unique_lock<std::mutex> MemoryLedger::guard() const {
-  return locking_ == Locking::own ? std::unique_lock<std::mutex>(mutex_)
-                                  : std::unique_lock<std::mutex>();
-}
-
 MemoryCategory MemoryLedger::effective(const Entry& e) const {
   return e.saves == 0 ? e.base : saved_category(e.role);
 }
@@ -49,7 +44,7 @@ void MemoryLedger::sub_live(MemoryCategory c, std::size_t bytes) {
 }
 
 void MemoryLedger::on_alloc(const StorageEvent& e) {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   Entry entry;
   entry.bytes = e.bytes;
   entry.base = e.category;
@@ -73,7 +68,7 @@ void MemoryLedger::on_alloc(const StorageEvent& e) {
 }
 
 void MemoryLedger::on_free(const StorageEvent& e) {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   const std::uint64_t key = key_of(e.site, e.storage_id);
   const Entry* entry = entries_.find(key);
   if (entry == nullptr) return;
@@ -82,7 +77,7 @@ void MemoryLedger::on_free(const StorageEvent& e) {
 }
 
 void MemoryLedger::on_recategorize(const StorageEvent& e) {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   Entry* entry = entries_.find(key_of(e.site, e.storage_id));
   if (entry == nullptr) return;
   if (entry->counted && entry->saves == 0) {
@@ -111,7 +106,7 @@ std::size_t MemoryLedger::site_index(const SaveEvent& e) {
 
 void MemoryLedger::on_save(const SaveEvent& e) {
   if (e.storage_category == MemoryCategory::parameter) return;  // weights are not activations
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   auto [found, inserted] = entries_.try_emplace(key_of(e.site, e.storage_id));
   Entry& entry = *found;
   if (inserted) {  // allocated before the ledger was attached
@@ -128,7 +123,7 @@ void MemoryLedger::on_save(const SaveEvent& e) {
 void MemoryLedger::on_release(const SaveEvent& e) {
   // Found by entry, not by the storage's category now: a tensor saved as an activation and made
   // a parameter later is still released. Parameter saves never made an entry count (saves == 0).
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   const std::uint64_t key = key_of(e.site, e.storage_id);
   Entry* entry = entries_.find(key);
   if (entry == nullptr || entry->saves == 0) return;
@@ -142,32 +137,32 @@ void MemoryLedger::on_release(const SaveEvent& e) {
 }
 
 std::size_t MemoryLedger::live(MemoryCategory c) const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return live_[index_of(c)];
 }
 
 std::array<std::size_t, kMemoryCategoryCount> MemoryLedger::live_all() const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return live_;
 }
 
 std::size_t MemoryLedger::peak(MemoryCategory c) const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return peak_[index_of(c)];
 }
 
 std::size_t MemoryLedger::live_total() const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return live_total_;
 }
 
 std::size_t MemoryLedger::peak_total() const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return peak_total_;
 }
 
 void MemoryLedger::reset_peaks() {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   peak_ = live_;
   peak_total_ = live_total_;
 }
@@ -181,7 +176,7 @@ void MemoryLedger::require_full(const char* query) const {
 
 std::size_t MemoryLedger::saved_bytes(SaveRole role, std::optional<int> layer) const {
   if (layer) require_full("saved bytes of one layer");
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   std::size_t total = 0;
   entries_.for_each([&](std::uint64_t, const Entry& entry) {
     if (entry.saves == 0 || entry.role != role) return;
@@ -201,7 +196,7 @@ std::size_t MemoryLedger::extras_bytes(std::optional<int> layer) const {
 
 std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<int> layer) const {
   require_full("saved_by_site");
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   std::vector<SavedSite> sites(site_keys_.size());
   for (std::size_t i = 0; i < site_keys_.size(); ++i) {
     const SiteKey& k = site_keys_[i];
@@ -218,13 +213,13 @@ std::vector<MemoryLedger::SavedSite> MemoryLedger::saved_by_site(std::optional<i
 }
 
 std::size_t MemoryLedger::accounting_errors() const {
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return accounting_errors_;
 }
 
 std::vector<MemoryLedger::OpAllocations> MemoryLedger::allocations_by_op() const {
   require_full("allocations_by_op");
-  const std::unique_lock<std::mutex> lock = guard();
+  const std::unique_lock<HookLock> lock = guard();
   return op_allocations_;
 }
 

@@ -17,6 +17,7 @@
 
 #include "autograd/flat_id_map.h"
 #include "autograd/hash_index.h"
+#include "autograd/hook_lock.h"
 #include "autograd/observer.h"
 
 namespace shardscope {
@@ -86,8 +87,11 @@ class MemoryLedger final : public Observer {
     SaveRole role;
   };
 
-  // Holds mutex_ unless the owner locks (Locking::by_owner).
-  std::unique_lock<std::mutex> guard() const;
+  // Holds hook_lock_ unless the owner locks (Locking::by_owner).
+  std::unique_lock<HookLock> guard() const {
+    return locking_ == Locking::own ? std::unique_lock<HookLock>(hook_lock_)
+                                    : std::unique_lock<HookLock>();
+  }
   MemoryCategory effective(const Entry& e) const;
   void add_live(MemoryCategory c, std::size_t bytes);
   void sub_live(MemoryCategory c, std::size_t bytes);
@@ -99,7 +103,7 @@ class MemoryLedger final : public Observer {
 
   const Locking locking_;
   const Detail detail_;
-  mutable std::mutex mutex_;
+  mutable HookLock hook_lock_;
   FlatIdMap<Entry> entries_;  // by key_of(rank, storage id)
   std::array<std::size_t, kMemoryCategoryCount> live_{};
   std::array<std::size_t, kMemoryCategoryCount> peak_{};

@@ -1,4 +1,4 @@
-// TraceRecorder: observer hooks to TraceEvents, one RankState per rank behind one mutex; the
+// TraceRecorder: observer hooks to TraceEvents, one RankState per rank behind one HookLock; the
 // records it keeps are io/trace_records.h.
 #include "io/trace_recorder.h"
 
@@ -54,7 +54,7 @@ struct TraceRecorder::RankState {
   int since_snapshot = 0;          // counters since its last one that kept every category
   std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
   std::vector<OpenSlice> open;
-  // Its live bytes, by the ledger's rules (used under the recorder's mutex only).
+  // Its live bytes, by the ledger's rules (used under the recorder's lock only).
   MemoryLedger ledger{MemoryLedger::Locking::by_owner, MemoryLedger::Detail::live_only};
   std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
   std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
@@ -84,7 +84,7 @@ double unix_micros_now() {
 
 TraceRecorder::TraceRecorder(TraceOptions options)
     : clock_(std::move(options.clock)),
-      start_(now()),
+      start_(clock_ ? clock_() : ticks_.time_of(ticks_.read())),
       clock_origin_unix_us_(unix_micros_now()),
       max_events_(options.max_events),
       config_(std::move(options.config)),
@@ -99,8 +99,13 @@ TraceRecorder::TraceRecorder(TraceOptions options)
 
 TraceRecorder::~TraceRecorder() = default;
 
-TraceRecorder::Clock::time_point TraceRecorder::now() const {
-  return clock_ ? clock_() : Clock::now();
+TickClock::Reading TraceRecorder::read_clock() const {
+  return clock_ ? TickClock::Reading{0, clock_()} : ticks_.read();
+}
+
+TraceRecorder::Clock::time_point TraceRecorder::time_locked(
+    const TickClock::Reading& reading) const {
+  return clock_ ? reading.steady : ticks_.time_of(reading);
 }
 
 double TraceRecorder::micros_since_start(Clock::time_point t) const {
@@ -262,8 +267,9 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
 }
 
 void TraceRecorder::on_op_begin(const OpEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   OpenSlice& slice = state.open.emplace_back();
   slice.seq = e.seq;
@@ -276,8 +282,9 @@ void TraceRecorder::on_op_begin(const OpEvent& e) {
 }
 
 void TraceRecorder::on_op_end(const OpEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   auto it = std::find_if(state.open.rbegin(), state.open.rend(), [&](const OpenSlice& s) {
     return s.seq == e.seq && s.phase == e.site.phase;
@@ -306,8 +313,9 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
 }
 
 void TraceRecorder::on_alloc(const StorageEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
   state.ledger.on_alloc(e);
@@ -315,16 +323,18 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
 }
 
 void TraceRecorder::on_free(const StorageEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_free(e);
   memory_changed(state, e.site, now);
 }
 
 void TraceRecorder::on_recategorize(const StorageEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   state.ledger.on_recategorize(e);
   memory_changed(state, e.site, now);
@@ -347,8 +357,9 @@ TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Si
 // saver (the softmax output that probs x V saves again counts under softmax), never a parameter;
 // so a forward slice's saved bytes are the ledger's for its site, extras split out.
 void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   // The ledger's live bytes before and after this event: state.memory (memory_changed, after
   // every event the ledger sees, sets it to them).
@@ -389,8 +400,9 @@ void TraceRecorder::on_release(const SaveEvent& e) {
 }
 
 void TraceRecorder::on_collective_begin(const CollectiveEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   state.collective_start = now;
   state.pending_collective = collective_slice(e, state, now, now);
@@ -425,8 +437,9 @@ TraceEvent TraceRecorder::collective_slice(const CollectiveEvent& e, const RankS
 }
 
 std::vector<TraceEvent> TraceRecorder::collectives_in_progress() const {
-  const double now = micros_since_start(this->now());
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const double now = micros_since_start(time_locked(reading));
   std::vector<TraceEvent> out;
   for (const auto& [rank, state] : ranks_) {
     if (!state->pending_collective) continue;
@@ -440,8 +453,9 @@ std::vector<TraceEvent> TraceRecorder::collectives_in_progress() const {
 // it includes the wait for the slowest rank. Without a begin (an emitter that reports only the
 // end) it starts at the rank's previous event, an upper bound.
 void TraceRecorder::on_collective(const CollectiveEvent& e) {
-  const Clock::time_point now = this->now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  const TickClock::Reading reading = read_clock();
+  std::lock_guard<HookLock> lock(hook_lock_);
+  const Clock::time_point now = time_locked(reading);
   auto found = ranks_.find(e.site.rank);
   Clock::time_point previous = found != ranks_.end() ? found->second->last_event : now;
   RankState& state = rank_state(e.site, now);
@@ -452,7 +466,7 @@ void TraceRecorder::on_collective(const CollectiveEvent& e) {
 }
 
 void TraceRecorder::set_config(nlohmann::json config) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<HookLock> lock(hook_lock_);
   config_ = std::move(config);
 }
 
@@ -463,7 +477,7 @@ std::vector<TraceEvent> TraceRecorder::events() const {
 }
 
 std::size_t TraceRecorder::events_since(std::size_t from, std::vector<TraceEvent>& out) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<HookLock> lock(hook_lock_);
   append_events_locked(from, out);
   return stores_->order.size();
 }
@@ -475,12 +489,12 @@ void TraceRecorder::append_events_locked(std::size_t from, std::vector<TraceEven
 }
 
 std::size_t TraceRecorder::dropped_events() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<HookLock> lock(hook_lock_);
   return dropped_;
 }
 
 TraceMeta TraceRecorder::meta() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<HookLock> lock(hook_lock_);
   return meta_locked();
 }
 
@@ -496,14 +510,14 @@ TraceMeta TraceRecorder::meta_locked() const {
 }
 
 nlohmann::json TraceRecorder::to_chrome_trace() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<HookLock> lock(hook_lock_);
   std::vector<TraceEvent> events;
   append_events_locked(0, events);
   return trace_to_json(events, meta_locked());
 }
 
 void TraceRecorder::write_chrome_trace(const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mutex_);  // no copy of the events; recording waits
+  std::lock_guard<HookLock> lock(hook_lock_);  // no copy of the events; recording waits
   write_trace_file(path, source_locked(), meta_locked());
 }
 

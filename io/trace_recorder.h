@@ -23,7 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/hook_lock.h"
 #include "autograd/observer.h"
+#include "io/tick_clock.h"
 #include "io/trace_event.h"
 #include "io/trace_writer.h"
 
@@ -40,7 +42,8 @@ struct TraceOptions {
   // In memory, about 100 bytes each for a memory counter (most of them), 300 for a slice.
   std::size_t max_events = 2'000'000;
   nlohmann::json config = nlohmann::json::object();  // written to otherData.config
-  // Where times come from; empty: steady_clock. A live viewer passes a clock that stops while
+  // Where times come from; empty: steady_clock's, read through a TickClock (the TSC where the
+  // kernel's clock is the TSC, io/tick_clock.h). A live viewer passes a clock that stops while
   // every rank is paused, so the time a person spends looking is not on the timeline.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };
@@ -90,7 +93,10 @@ class TraceRecorder final : public Observer {
   struct OpenSlice;
   struct RankState;
 
-  Clock::time_point now() const;
+  // An event's moment, read before the lock is taken (TickClock's reading, or the time of
+  // TraceOptions::clock), and its time, once it is held.
+  TickClock::Reading read_clock() const;
+  Clock::time_point time_locked(const TickClock::Reading& reading) const;
   double micros_since_start(Clock::time_point t) const;
   static double micros_between(Clock::time_point from, Clock::time_point to);
   TraceMeta meta_locked() const;
@@ -112,11 +118,12 @@ class TraceRecorder final : public Observer {
   // The live bytes by category that the counter at index `counter` shows.
   std::array<std::uint64_t, kMemoryCategoryCount> live_at(std::size_t counter) const;
 
-  const std::function<Clock::time_point()> clock_;  // TraceOptions::clock (empty: steady_clock)
+  const std::function<Clock::time_point()> clock_;  // TraceOptions::clock (empty: ticks_)
+  mutable TickClock ticks_;  // the time-stamp counter, or steady_clock (used under hook_lock_)
   const Clock::time_point start_;
   const double clock_origin_unix_us_;
   const std::size_t max_events_;
-  mutable std::mutex mutex_;
+  mutable HookLock hook_lock_;
   nlohmann::json config_;
   // The kept events in recording order: each entry of the order is an index into full_, the slices
   // or the counters, with the store in its top bits. Op slices and memory counters (all but a few
