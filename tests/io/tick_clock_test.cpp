@@ -34,7 +34,8 @@ struct World {
 
   std::uint64_t ticks() {
     true_ns += step_ns;
-    return tick_origin + static_cast<std::uint64_t>(std::llround(true_ns * ticks_per_ns));
+    return tick_origin +
+           static_cast<std::uint64_t>(std::llround(static_cast<double>(true_ns) * ticks_per_ns));
   }
   // What the steady clock reads at true time `t` (no jitter).
   std::int64_t steady_ns_at(std::int64_t t) const {
