@@ -8,6 +8,9 @@
 //                              pairs' wall-time ratios) and cpu_ratio (the same with the process's
 //                              CPU time, all threads: the work the observers add, which other
 //                              programs on the machine inflate less).
+//   BM_ObserverAlone/<part>/s/b/h/a  the same with one part attached alone: "events" (an observer
+//                              that does nothing: the engine building each event and calling),
+//                              "ledger", "recorder" (which keeps a live-bytes ledger of its own).
 //   BM_ObserverHooks/s/b/h/a     one such step's observer calls made again, without the step, on
 //                              a new recorder and a new ledger: each one's cost per call
 //                              (counters recorder_ns, ledger_ns; calls: a step's).
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/memory_ledger.h"
@@ -66,11 +70,14 @@ struct TrainedLayer {
   Tensor x;
 };
 
-void BM_ObserverOverhead(benchmark::State& state) {
+// An observer that does nothing: attached, it costs the step only the engine's building of each
+// event and the call (BM_ObserverAlone's "events").
+class NoOpObserver final : public Observer {};
+
+// Training steps alternating bare and with `observers` attached (see the top of the file).
+void time_observed_steps(benchmark::State& state, const std::vector<Observer*>& observers) {
   TrainedLayer trained(layer_of_args(state));
   Context& ctx = trained.ctx;
-  TraceRecorder recorder;
-  MemoryLedger ledger;
   std::int64_t step = 0;
   auto train_step = [&] {
     const auto start = std::chrono::steady_clock::now();
@@ -83,11 +90,9 @@ void BM_ObserverOverhead(benchmark::State& state) {
   train_step();  // untimed: the first step maps its memory
   std::vector<double> bare, observed, wall_ratio, cpu_ratio;
   auto observed_step = [&] {
-    ctx.add_observer(&ledger);
-    ctx.add_observer(&recorder);
+    for (Observer* o : observers) ctx.add_observer(o);
     const StepTime with = train_step();
-    ctx.remove_observer(&recorder);
-    ctx.remove_observer(&ledger);
+    for (Observer* o : observers) ctx.remove_observer(o);
     return with;
   };
   bool observed_first = false;
@@ -112,7 +117,27 @@ void BM_ObserverOverhead(benchmark::State& state) {
   state.counters["observed_ms"] = median(observed);
   state.counters["ratio"] = median(wall_ratio);
   state.counters["cpu_ratio"] = median(cpu_ratio);
+}
+
+void BM_ObserverOverhead(benchmark::State& state) {
+  TraceRecorder recorder;
+  MemoryLedger ledger;
+  time_observed_steps(state, {&ledger, &recorder});
   state.counters["events"] = static_cast<double>(recorder.events().size());
+}
+
+// BM_ObserverAlone/<which>: BM_ObserverOverhead with one part attached, to say where its cost
+// goes: "events" (an observer that does nothing), "ledger" (the MemoryLedger), "recorder" (the
+// TraceRecorder, which keeps a live-bytes ledger of its own).
+enum class Alone { events, ledger, recorder };
+void BM_ObserverAlone(benchmark::State& state, Alone which) {
+  NoOpObserver nothing;
+  MemoryLedger ledger;
+  TraceRecorder recorder;
+  Observer* const chosen = which == Alone::events   ? static_cast<Observer*>(&nothing)
+                           : which == Alone::ledger ? static_cast<Observer*>(&ledger)
+                                                    : static_cast<Observer*>(&recorder);
+  time_observed_steps(state, {chosen});
 }
 
 // One step's observer calls, kept (with their own copies of the texts and shapes the events point
@@ -233,6 +258,17 @@ void register_benchmarks() {
       ->MinTime(5.0)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  for (const auto& [name, which] :
+       {std::pair{"events", Alone::events}, std::pair{"ledger", Alone::ledger},
+        std::pair{"recorder", Alone::recorder}}) {
+    benchmark::RegisterBenchmark((std::string("BM_ObserverAlone/") + name).c_str(),
+                                 BM_ObserverAlone, which)
+        ->Args({64, 2, 128, 4})
+        ->ArgNames({"s", "b", "h", "a"})
+        ->MinTime(5.0)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
   benchmark::RegisterBenchmark("BM_ObserverHooks", BM_ObserverHooks)
       ->Args({64, 2, 128, 4})
       ->ArgNames({"s", "b", "h", "a"})

@@ -19,6 +19,7 @@
 #include "tests/apps/cli_testing.h"
 
 #include "parallel/comm/gpu_info.h"
+#include "tests/temp_path.h"
 
 namespace {
 
@@ -96,7 +97,7 @@ TEST(CliBackend, CudaRunsNeedTheirDevices) {
 }
 
 TEST(CliBackend, TheReportNamesTheBackend) {
-  const auto path = std::filesystem::temp_directory_path() / "shardscope_backend_report.json";
+  const auto path = shardscope::testing_files::temp_path("backend_report.json");
   std::filesystem::remove(path);
   const Result r = run_cli(std::string("run") + kSmall + " --report " + path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -12,6 +12,7 @@
 #include "parallel/layers/layer_config.h"
 #include "parallel/layers/planted_bug.h"
 #include "tests/apps/cli_testing.h"
+#include "tests/temp_path.h"
 
 namespace shardscope {
 namespace {
@@ -46,8 +47,7 @@ class CliPlantedBug : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(CliPlantedBug, RunExits3NamingTheDivergingTensorsAndCheckOfItsDumpFails) {
   const PlantedBugInfo& info = planted_bugs()[GetParam()];
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("shardscope_bug_" + std::string(info.name));
+  const auto dir = shardscope::testing_files::temp_path("bug_" + std::string(info.name));
   std::filesystem::remove_all(dir);
   const std::string flags = kShape + layer_flags(info);
   const auto single = dir / "single", planted = dir / "planted";

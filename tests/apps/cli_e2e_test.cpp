@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/apps/cli_testing.h"
+#include "tests/temp_path.h"
 
 namespace {
 
@@ -39,7 +40,7 @@ TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
 // A stack of layers: every layer's tensors checked, each layer's memory and collectives beside the
 // layer's models, the total beside L times the formula, in the table and the report.
 TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
-  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_stack.json";
+  const auto path = shardscope::testing_files::temp_path("e2e_stack.json");
   std::filesystem::remove(path);
   const Result r = run_cli(
       "run --model llama --kv-heads 2 --layers 3 --mode tp-sp --degree 2 --seq 8 --batch 2 "
@@ -75,7 +76,7 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
 // and (step 0) in f32, in the tables and the report, the paper's numbers with A = 2, and the runs
 // they cannot make refused before any rank starts.
 TEST(Cli, TwoByteRunsAreCheckedAndRefusedWhereTheyCannotRun) {
-  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_bf16.json";
+  const auto path = shardscope::testing_files::temp_path("e2e_bf16.json");
   std::filesystem::remove(path);
   const Result bf16 = run_cli(
       "run --dtype bf16 --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 32 --heads 4 --steps 2 "
@@ -183,7 +184,7 @@ TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
 }
 
 TEST(Cli, ReportHasTheStableKeys) {
-  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_report.json";
+  const auto path = shardscope::testing_files::temp_path("e2e_report.json");
   std::filesystem::remove(path);
   const Result r = run_cli(
       "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --dropout 0.2 "
@@ -262,7 +263,7 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
 }
 
 TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
-  const auto path = std::filesystem::temp_directory_path() / "shardscope_e2e_parallel.json";
+  const auto path = shardscope::testing_files::temp_path("e2e_parallel.json");
   for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
     std::filesystem::remove(path);
     const Result r = run_cli(std::string("run --mode ") + mode +
@@ -303,7 +304,7 @@ void perturb_last_f32(const std::filesystem::path& npy) {
 }
 
 TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardscope_e2e_dumps";
+  const auto dir = shardscope::testing_files::temp_path("e2e_dumps");
   std::filesystem::remove_all(dir);
   const std::string shape = " --seq 8 --batch 2 --hidden 16 --heads 4 --steps 1 --dump ";
   const auto single = dir / "single", tp = dir / "tp", loaded = dir / "loaded";
@@ -351,7 +352,7 @@ TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
 }
 
 TEST(Cli, TheDebuggerReadsItsScriptFromStdin) {
-  const auto script = std::filesystem::temp_directory_path() / "shardscope_debug_script.txt";
+  const auto script = shardscope::testing_files::temp_path("debug_script.txt");
   {
     std::ofstream f(script);
     f << "next-collective\nwhere\nbogus\nquit\n";

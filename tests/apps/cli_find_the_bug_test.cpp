@@ -14,6 +14,7 @@
 #include "parallel/layers/layer_config.h"
 #include "parallel/layers/planted_bug.h"
 #include "tests/apps/cli_testing.h"
+#include "tests/temp_path.h"
 
 namespace shardscope {
 namespace {
@@ -61,9 +62,8 @@ class CliRandomBug : public ::testing::TestWithParam<RandomRun> {};
 TEST_P(CliRandomBug, PlantsTheChosenBugAndNamesNoBugInAnythingItWrites) {
   const RandomRun p = GetParam();
   const std::string name = planted_bug_name(choose_random_bug(p.seed, config_of(p.mode, p.seed)));
-  const fs::path dir =
-      fs::temp_directory_path() /
-      ("shardscope_random_bug_" + std::string(mode_name(p.mode)) + "_" + std::to_string(p.seed));
+  const fs::path dir = shardscope::testing_files::temp_path(
+      "random_bug_" + std::string(mode_name(p.mode)) + "_" + std::to_string(p.seed));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string flags =
@@ -126,7 +126,7 @@ Result grade(const std::string& answers, const fs::path& file) {
 }
 
 TEST(CliLab8, GradesARightAnswerRightAndAWrongOneWrongWithAHintThatHidesTheAnswer) {
-  const fs::path file = fs::temp_directory_path() / "shardscope_lab8_answers.txt";
+  const fs::path file = shardscope::testing_files::temp_path("lab8_answers.txt");
   const PlantedBug planted = choose_random_bug(7, config_of(ParallelMode::tp_sp, 7));
   const std::string right = planted_bug_name(planted);
   std::string wrong, other_mode;  // plantable in tp-sp but not it; a mistake of tp only

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/apps/cli_testing.h"
+#include "tests/temp_path.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ const std::string kTiny = "run --seq 8 --batch 1 --hidden 16 --heads 2 ";
 
 // A fresh, empty folder for one test.
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("shardscope_outputs_" + name);
+  const fs::path dir = shardscope::testing_files::temp_path("outputs_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -130,6 +130,7 @@ TEST(DebugSession, ContinueToTheEndFinishesTheRun) {
 }  // namespace shardscope
 
 #include "io/trace_reader.h"
+#include "tests/temp_path.h"
 
 namespace shardscope {
 namespace {
@@ -138,7 +139,7 @@ namespace {
 TEST(RunTrace, HoldsTheExpectedCollectivesPerRank) {
   RunOptions o = small_run(ParallelMode::tp_sp, 2);
   o.spec.steps = 2;
-  o.trace_path = (std::filesystem::temp_directory_path() / "shardscope_run_trace.json").string();
+  o.trace_path = (shardscope::testing_files::temp_path("run_trace.json")).string();
   std::ostringstream out;
   run_layer(o, out);
   const TraceFile trace = read_trace(o.trace_path);

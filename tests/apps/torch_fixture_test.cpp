@@ -16,6 +16,7 @@
 
 #include "io/npy.h"
 #include "tests/apps/cli_testing.h"
+#include "tests/temp_path.h"
 
 namespace {
 
@@ -90,7 +91,7 @@ class TorchFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchFixture, SingleAndEveryParallelModeMatchPyTorchUnderTheDefaultTolerances) {
   const fs::path fixture = kFixtures / GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("shardscope_torch_fixture_" + GetParam());
+  const fs::path dir = shardscope::testing_files::temp_path("torch_fixture_" + GetParam());
   fs::remove_all(dir);
   for (const std::string mode : {"single", "tp", "tp-sp", "ulysses"}) {
     const fs::path out = dir / mode;
@@ -120,7 +121,7 @@ TEST(TorchFixtures, ThreeShapesEachInF64AndF32) {
 
 TEST(TorchFixtures, ACheckAgainstAPerturbedFixtureFailsAndNamesTheTensor) {
   const fs::path fixture = kFixtures / "s14_b1_h12_a6_f32";
-  const fs::path dir = fs::temp_directory_path() / "shardscope_torch_fixture_perturbed";
+  const fs::path dir = shardscope::testing_files::temp_path("torch_fixture_perturbed");
   fs::remove_all(dir);
   const fs::path out = dir / "single", perturbed = dir / "perturbed";
   fs::create_directories(dir);

@@ -1,6 +1,7 @@
 // write_file_atomically: the file is the old one or the whole new one, never half; no temporary
 // is left behind; a failure names the path given and the system's reason.
 #include "io/atomic_file.h"
+#include "tests/temp_path.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +11,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-
-#include <unistd.h>
 
 namespace shardscope {
 namespace {
@@ -24,10 +23,9 @@ class AtomicFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One folder per test and process: ctest runs these tests in parallel processes.
-    dir_ = fs::temp_directory_path() /
-           ("shardscope_atomic_file_test_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
+    dir_ = shardscope::testing_files::temp_path(
+        "atomic_file_test_" +
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

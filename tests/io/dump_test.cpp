@@ -8,13 +8,12 @@
 #include <functional>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "io/check.h"
 #include "io/dump.h"
 #include "io/npy.h"
 #include "parallel/comm/spmd.h"
 #include "parallel/layers/collective_ops.h"
+#include "tests/temp_path.h"
 
 namespace shardscope {
 namespace {
@@ -43,8 +42,7 @@ class DumpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            ("shardscope_dump_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    root_ = shardscope::testing_files::temp_path("dump_" + std::string(info->name()));
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <unistd.h>
-
 #include "io/npy.h"
+#include "tests/temp_path.h"
 
 namespace shardscope {
 namespace {
@@ -20,8 +19,7 @@ class NpyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shardscope_npy_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    dir_ = shardscope::testing_files::temp_path("npy_" + std::string(info->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

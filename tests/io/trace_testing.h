@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -17,6 +16,7 @@
 #include "io/trace_reader.h"
 #include "io/trace_recorder.h"
 #include "parallel/run/layer_run.h"
+#include "tests/temp_path.h"
 
 namespace shardscope::trace_testing {
 
@@ -49,7 +49,7 @@ inline std::vector<RankRun> record_run(const LayerRunSpec& spec, TraceRecorder& 
 }
 
 inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "shardscope_" + std::to_string(::getpid()) + "_" + name;
+  return testing_files::temp_path(name).string();
 }
 
 inline std::string read_text(const std::string& path) {

@@ -17,11 +17,24 @@
 #include <string>
 #include <vector>
 
+#include "tests/temp_path.h"
+
 namespace {
 
-int run(const std::string& command) {
-  const int status = std::system((command + " > /dev/null 2>&1").c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+struct Output {
+  int exit_code = -1;
+  std::string text;  // stdout and stderr of every process
+};
+
+Output run_capturing(const std::string& command) {
+  Output out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return out;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) out.text += buffer.data();
+  const int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
 }
 
 nlohmann::json load(const std::filesystem::path& path) {
@@ -30,7 +43,7 @@ nlohmann::json load(const std::filesystem::path& path) {
 }
 
 TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardscope_cli_mpi";
+  const auto dir = shardscope::testing_files::temp_path("cli_mpi");  // this process's own
   std::filesystem::create_directories(dir);
   for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
     SCOPED_TRACE(mode);
@@ -38,10 +51,13 @@ TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
                              " --degree 4 --seq 16 --batch 2 --hidden 32 --heads 4 --steps 2";
     const auto threads = dir / (std::string(mode) + "-threads.json");
     const auto mpi = dir / (std::string(mode) + "-mpi.json");
-    ASSERT_EQ(run(std::string(SHARDSCOPE_EXE) + args + " --report " + threads.string()), 0);
-    ASSERT_EQ(run(std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE + args +
-                  " --comm mpi --report " + mpi.string()),
-              0);
+    // On failure the runs' output is in the message (a failure under load must say why).
+    const Output on_threads =
+        run_capturing(std::string(SHARDSCOPE_EXE) + args + " --report " + threads.string());
+    ASSERT_EQ(on_threads.exit_code, 0) << on_threads.text;
+    const Output on_mpi = run_capturing(std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE +
+                                        args + " --comm mpi --report " + mpi.string());
+    ASSERT_EQ(on_mpi.exit_code, 0) << on_mpi.text;
     const nlohmann::json a = load(threads), b = load(mpi);
     EXPECT_EQ(b["config"]["comm"], "mpi");
     EXPECT_TRUE(b["check"]["passed"].get<bool>());
@@ -60,22 +76,6 @@ TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
     }
   }
   std::filesystem::remove_all(dir);
-}
-
-struct Output {
-  int exit_code = -1;
-  std::string text;  // stdout and stderr of every process
-};
-
-Output run_capturing(const std::string& command) {
-  Output out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) out.text += buffer.data();
-  const int status = pclose(pipe);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 // Each kind of fault on rank 2 of 4 processes ends the job through MPI_Abort with exit code 1
