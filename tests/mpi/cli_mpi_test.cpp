@@ -5,37 +5,21 @@
 // kind ends the job with exit code 1 and a message naming the rank and the op.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tests/apps/cli_testing.h"
 #include "tests/temp_path.h"
 
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  std::string text;  // stdout and stderr of every process
-};
-
-Output run_capturing(const std::string& command) {
-  Output out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) out.text += buffer.data();
-  const int status = pclose(pipe);
-  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
+using shardscope::testing::Result;
+using shardscope::testing::run_shell;
 
 nlohmann::json load(const std::filesystem::path& path) {
   std::ifstream file(path);
@@ -52,12 +36,12 @@ TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
     const auto threads = dir / (std::string(mode) + "-threads.json");
     const auto mpi = dir / (std::string(mode) + "-mpi.json");
     // On failure the runs' output is in the message (a failure under load must say why).
-    const Output on_threads =
-        run_capturing(std::string(SHARDSCOPE_EXE) + args + " --report " + threads.string());
-    ASSERT_EQ(on_threads.exit_code, 0) << on_threads.text;
-    const Output on_mpi = run_capturing(std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE +
-                                        args + " --comm mpi --report " + mpi.string());
-    ASSERT_EQ(on_mpi.exit_code, 0) << on_mpi.text;
+    const Result on_threads =
+        run_shell(std::string(SHARDSCOPE_EXE) + args + " --report " + threads.string());
+    ASSERT_EQ(on_threads.exit_code, 0) << on_threads.output;
+    const Result on_mpi = run_shell(std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE + args +
+                                    " --comm mpi --report " + mpi.string());
+    ASSERT_EQ(on_mpi.exit_code, 0) << on_mpi.output;
     const nlohmann::json a = load(threads), b = load(mpi);
     EXPECT_EQ(b["config"]["comm"], "mpi");
     EXPECT_TRUE(b["check"]["passed"].get<bool>());
@@ -105,13 +89,13 @@ TEST(CliMpi, EveryInjectedFaultEndsTheJobWithTheRankAndTheOp) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.plan);
-    const Output o = run_capturing(
+    const Result o = run_shell(
         std::string(SHARDSCOPE_MPIEXEC) + " " + SHARDSCOPE_EXE +
         " run --comm mpi --mode tp-sp --degree 4 --seq 16 --batch 2 --hidden 32 --heads 4 "
         "--steps 1 --inject-fault " +
         c.plan);
-    EXPECT_EQ(o.exit_code, 1) << o.text;
-    for (const std::string& part : c.expected) EXPECT_THAT(o.text, ::testing::HasSubstr(part));
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    for (const std::string& part : c.expected) EXPECT_THAT(o.output, ::testing::HasSubstr(part));
   }
 }
 
