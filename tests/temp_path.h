@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace shardscope::testing_files {
 
@@ -17,5 +18,24 @@ inline std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() /
          ("shardscope_" + std::to_string(::getpid()) + "_" + name);
 }
+
+// temp_path(name) as a path to use, emptied when made (a folder made too, for Kind::folder) and
+// removed with all under it when the object goes: a test that an ASSERT ends early leaves nothing
+// behind either.
+class ScratchPath : public std::filesystem::path {
+ public:
+  enum Kind { file, folder };
+  explicit ScratchPath(const std::string& name, Kind kind = file)
+      : std::filesystem::path(temp_path(name)) {
+    std::filesystem::remove_all(*this);
+    if (kind == folder) std::filesystem::create_directories(*this);
+  }
+  ~ScratchPath() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*this, ignored);
+  }
+  ScratchPath(const ScratchPath&) = delete;
+  ScratchPath& operator=(const ScratchPath&) = delete;
+};
 
 }  // namespace shardscope::testing_files

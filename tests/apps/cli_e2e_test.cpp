@@ -76,8 +76,7 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
 // and (step 0) in f32, in the tables and the report, the paper's numbers with A = 2, and the runs
 // they cannot make refused before any rank starts.
 TEST(Cli, TwoByteRunsAreCheckedAndRefusedWhereTheyCannotRun) {
-  const auto path = shardscope::testing_files::temp_path("e2e_bf16.json");
-  std::filesystem::remove(path);
+  const shardscope::testing_files::ScratchPath path("e2e_bf16.json");
   const Result bf16 = run_cli(
       "run --dtype bf16 --mode tp-sp --degree 2 --seq 8 --batch 2 --hidden 32 --heads 4 --steps 2 "
       "--report " +

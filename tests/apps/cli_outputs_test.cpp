@@ -26,13 +26,7 @@ using ::testing::Not;
 
 const std::string kTiny = "run --seq 8 --batch 1 --hidden 16 --heads 2 ";
 
-// A fresh, empty folder for one test.
-fs::path scratch(const std::string& name) {
-  const fs::path dir = shardscope::testing_files::temp_path("outputs_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using shardscope::testing_files::ScratchPath;
 
 int entries(const fs::path& dir) {
   return static_cast<int>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
@@ -64,7 +58,7 @@ int step_rows(const std::string& output) {
 }
 
 TEST(CliOutputs, ABadOutputPathIsRefusedBeforeTheRunWithOneLine) {
-  const fs::path dir = scratch("paths");
+  const ScratchPath dir("outputs_paths", ScratchPath::folder);
   const Result missing = run_cli(kTiny + "--trace " + (dir / "missing" / "t.json").string());
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_EQ(count_lines(missing.output), 1) << missing.output;
@@ -95,7 +89,7 @@ TEST(CliOutputs, ABadOutputPathIsRefusedBeforeTheRunWithOneLine) {
 }
 
 TEST(CliOutputs, ADumpIsReplacedOnlyWithOverwrite) {
-  const fs::path dir = scratch("overwrite");
+  const ScratchPath dir("outputs_overwrite", ScratchPath::folder);
   const std::string dump = (dir / "d").string();
   ASSERT_EQ(run_cli(kTiny + "--steps 1 --seed 1 --dump " + dump).exit_code, 0);
   const auto seed = [&] {
@@ -120,7 +114,7 @@ TEST(CliOutputs, ADumpIsReplacedOnlyWithOverwrite) {
 }
 
 TEST(CliOutputs, ADumpThatFailsPartWayLeavesNothing) {
-  const fs::path dir = scratch("partial");
+  const ScratchPath dir("outputs_partial", ScratchPath::folder);
   const std::string dump = (dir / "d").string();
   // 4 blocks: the input and the biases fit, the weight matrices do not.
   const Result r = run_cli_with_file_limit(4, kTiny + "--steps 1 --dump " + dump);
@@ -132,7 +126,7 @@ TEST(CliOutputs, ADumpThatFailsPartWayLeavesNothing) {
 }
 
 TEST(CliOutputs, TheTablesArePrintedWhenATraceCannotBeWrittenAfterTheRun) {
-  const fs::path dir = scratch("late");
+  const ScratchPath dir("outputs_late", ScratchPath::folder);
   const std::string trace = (dir / "t.json").string(), report = (dir / "r.json").string();
   // 20 blocks: the report fits, the trace does not.
   const Result r =
@@ -157,7 +151,7 @@ TEST(CliOutputs, TheTablesArePrintedWhenATraceCannotBeWrittenAfterTheRun) {
 }
 
 TEST(CliOutputs, DroppedTraceEventsAreNamedOnStderrAndInTheFile) {
-  const fs::path dir = scratch("dropped");
+  const ScratchPath dir("outputs_dropped", ScratchPath::folder);
   const std::string trace = (dir / "t.json").string();
   const Result r = run_cli(kTiny + "--steps 3 --trace-events 400 --trace " + trace);
   ASSERT_EQ(r.exit_code, 0) << r.output;

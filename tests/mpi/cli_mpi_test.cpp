@@ -27,8 +27,8 @@ nlohmann::json load(const std::filesystem::path& path) {
 }
 
 TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
-  const auto dir = shardscope::testing_files::temp_path("cli_mpi");  // this process's own
-  std::filesystem::create_directories(dir);
+  const shardscope::testing_files::ScratchPath dir("cli_mpi",
+                                                   shardscope::testing_files::ScratchPath::folder);
   for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
     SCOPED_TRACE(mode);
     const std::string args = std::string(" run --mode ") + mode +
@@ -59,7 +59,6 @@ TEST(CliMpi, ReportsEqualTheThreadsRunInEveryMode) {
       EXPECT_NEAR(la, lb, 1e-6 * std::abs(la));
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 // Each kind of fault on rank 2 of 4 processes ends the job through MPI_Abort with exit code 1
