@@ -97,8 +97,7 @@ TEST(CliBackend, CudaRunsNeedTheirDevices) {
 }
 
 TEST(CliBackend, TheReportNamesTheBackend) {
-  const auto path = shardscope::testing_files::temp_path("backend_report.json");
-  std::filesystem::remove(path);
+  const shardscope::testing_files::ScratchPath path("backend_report.json");
   const Result r = run_cli(std::string("run") + kSmall + " --report " + path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("backend cpu\n"));
@@ -108,7 +107,6 @@ TEST(CliBackend, TheReportNamesTheBackend) {
   EXPECT_EQ(j["config"]["backend"], "cpu");
   EXPECT_EQ(j["config"]["comm"], "threads");
   EXPECT_EQ(j["config"]["call_check"], false);
-  std::filesystem::remove(path);
 }
 
 // The losses of step `step` as the run prints them ("   0    1.234567    12.345").

@@ -47,8 +47,7 @@ class CliPlantedBug : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(CliPlantedBug, RunExits3NamingTheDivergingTensorsAndCheckOfItsDumpFails) {
   const PlantedBugInfo& info = planted_bugs()[GetParam()];
-  const auto dir = shardscope::testing_files::temp_path("bug_" + std::string(info.name));
-  std::filesystem::remove_all(dir);
+  const shardscope::testing_files::ScratchPath dir("bug_" + std::string(info.name));
   const std::string flags = kShape + layer_flags(info);
   const auto single = dir / "single", planted = dir / "planted";
   ASSERT_EQ(run_cli("run --mode single" + flags + " --dump " + single.string()).exit_code, 0);
@@ -62,7 +61,6 @@ TEST_P(CliPlantedBug, RunExits3NamingTheDivergingTensorsAndCheckOfItsDumpFails) 
   const Result c = run_cli("check " + planted.string() + " " + single.string());
   EXPECT_EQ(c.exit_code, 3) << c.output;
   EXPECT_THAT(c.output, ::testing::HasSubstr("FAIL"));
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, CliPlantedBug,

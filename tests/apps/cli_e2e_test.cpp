@@ -40,8 +40,7 @@ TEST(Cli, RunPrintsLossesAndAMatchingMemoryTable) {
 // A stack of layers: every layer's tensors checked, each layer's memory and collectives beside the
 // layer's models, the total beside L times the formula, in the table and the report.
 TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
-  const auto path = shardscope::testing_files::temp_path("e2e_stack.json");
-  std::filesystem::remove(path);
+  const shardscope::testing_files::ScratchPath path("e2e_stack.json");
   const Result r = run_cli(
       "run --model llama --kv-heads 2 --layers 3 --mode tp-sp --degree 2 --seq 8 --batch 2 "
       "--hidden 32 --heads 4 --steps 2 --report " +
@@ -66,7 +65,6 @@ TEST(Cli, AStackOfLayersIsCheckedAndMeasuredLayerByLayer) {
             3 * rank0["layers"][0]["formula_bytes"].get<double>());
   EXPECT_EQ(rank0["terms"].back()["layer"], 2);
   EXPECT_TRUE(report["model_differences"].empty());
-  std::filesystem::remove(path);
   const Result none = run_cli("run --layers 0");
   EXPECT_EQ(none.exit_code, 2) << none.output;
   EXPECT_THAT(none.output, HasSubstr("layers must be in [1, 65536], given 0 (set by --layers)"));
@@ -183,8 +181,7 @@ TEST(Cli, TheLayersOptionsRunCheckedWithTheirFormula) {
 }
 
 TEST(Cli, ReportHasTheStableKeys) {
-  const auto path = shardscope::testing_files::temp_path("e2e_report.json");
-  std::filesystem::remove(path);
+  const shardscope::testing_files::ScratchPath path("e2e_report.json");
   const Result r = run_cli(
       "run --seq 8 --batch 2 --hidden 16 --heads 2 --steps 3 --dropout 0.2 "
       "--seed 5 --report " +
@@ -209,7 +206,6 @@ TEST(Cli, ReportHasTheStableKeys) {
   EXPECT_EQ(rank0["formula_bytes"].get<double>(), 256.0 * 66 + 256.0 * 9);
   EXPECT_EQ(rank0["extras_bytes"].get<double>(), 4.0 * 4 * 16);
   EXPECT_GT(rank0["peak_bytes"].get<double>(), rank0["saved_activation_bytes"].get<double>());
-  std::filesystem::remove(path);
 }
 
 TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
@@ -262,7 +258,7 @@ TEST(Cli, BadFlagsExitNonZeroWithOneLineNamingTheFlag) {
 }
 
 TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
-  const auto path = shardscope::testing_files::temp_path("e2e_parallel.json");
+  const shardscope::testing_files::ScratchPath path("e2e_parallel.json");
   for (const char* mode : {"tp", "tp-sp", "ulysses"}) {
     std::filesystem::remove(path);
     const Result r = run_cli(std::string("run --mode ") + mode +
@@ -288,7 +284,6 @@ TEST(Cli, ParallelModesReportTheCheckTheCommunicationAndTheMemory) {
       EXPECT_EQ(rank["saved_activation_bytes"], rank["formula_bytes"]) << mode;
     }
   }
-  std::filesystem::remove(path);
 }
 
 // Flips the last element of a .npy file's data (f32), as a bug in another implementation would.
@@ -303,8 +298,7 @@ void perturb_last_f32(const std::filesystem::path& npy) {
 }
 
 TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
-  const auto dir = shardscope::testing_files::temp_path("e2e_dumps");
-  std::filesystem::remove_all(dir);
+  const shardscope::testing_files::ScratchPath dir("e2e_dumps");
   const std::string shape = " --seq 8 --batch 2 --hidden 16 --heads 4 --steps 1 --dump ";
   const auto single = dir / "single", tp = dir / "tp", loaded = dir / "loaded";
   ASSERT_EQ(run_cli("run --mode single" + shape + single.string()).exit_code, 0);
@@ -347,11 +341,10 @@ TEST(Cli, DumpsOfTpAndSingleAgreeUnderCheckAndAPerturbedTensorIsNamed) {
   EXPECT_THAT(r.output, HasSubstr("shardscope: --shards: A"));
   EXPECT_THAT(r.output, HasSubstr("their shards do not pair up"));
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, TheDebuggerReadsItsScriptFromStdin) {
-  const auto script = shardscope::testing_files::temp_path("debug_script.txt");
+  const shardscope::testing_files::ScratchPath script("debug_script.txt");
   {
     std::ofstream f(script);
     f << "next-collective\nwhere\nbogus\nquit\n";
@@ -367,7 +360,6 @@ TEST(Cli, TheDebuggerReadsItsScriptFromStdin) {
   EXPECT_THAT(r.output, HasSubstr("before all_reduce(count 256, f32, 2 ranks, activation)"));
   EXPECT_THAT(r.output, HasSubstr("unknown command 'bogus'; commands:"));
   EXPECT_THAT(r.output, HasSubstr("debug session ended; the run was stopped"));
-  std::filesystem::remove(script);
 }
 
 TEST(Cli, AReportInAMissingFolderIsRefusedBeforeTheRun) {

@@ -62,10 +62,9 @@ class CliRandomBug : public ::testing::TestWithParam<RandomRun> {};
 TEST_P(CliRandomBug, PlantsTheChosenBugAndNamesNoBugInAnythingItWrites) {
   const RandomRun p = GetParam();
   const std::string name = planted_bug_name(choose_random_bug(p.seed, config_of(p.mode, p.seed)));
-  const fs::path dir = shardscope::testing_files::temp_path(
-      "random_bug_" + std::string(mode_name(p.mode)) + "_" + std::to_string(p.seed));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const shardscope::testing_files::ScratchPath dir(
+      "random_bug_" + std::string(mode_name(p.mode)) + "_" + std::to_string(p.seed),
+      shardscope::testing_files::ScratchPath::folder);
   const std::string flags =
       std::string("--mode ") + mode_name(p.mode) + kShape + " --seed " + std::to_string(p.seed);
   const Result r = run_cli(
@@ -90,7 +89,6 @@ TEST_P(CliRandomBug, PlantsTheChosenBugAndNamesNoBugInAnythingItWrites) {
   const Result same = run_cli("check " + (dir / "random").string() + " " +
                               (dir / "named").string() + " --rtol 0 --atol 0");
   EXPECT_EQ(same.exit_code, 0) << name << "\n" << same.output;
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Lab8Runs, CliRandomBug,
@@ -126,7 +124,7 @@ Result grade(const std::string& answers, const fs::path& file) {
 }
 
 TEST(CliLab8, GradesARightAnswerRightAndAWrongOneWrongWithAHintThatHidesTheAnswer) {
-  const fs::path file = shardscope::testing_files::temp_path("lab8_answers.txt");
+  const shardscope::testing_files::ScratchPath file("lab8_answers.txt");
   const PlantedBug planted = choose_random_bug(7, config_of(ParallelMode::tp_sp, 7));
   const std::string right = planted_bug_name(planted);
   std::string wrong, other_mode;  // plantable in tp-sp but not it; a mistake of tp only
@@ -162,7 +160,6 @@ TEST(CliLab8, GradesARightAnswerRightAndAWrongOneWrongWithAHintThatHidesTheAnswe
   for (const PlantedBugInfo& info : planted_bugs()) {
     EXPECT_THAT(unknown.output, HasSubstr(info.name)) << "the names are listed";
   }
-  fs::remove(file);
 }
 
 }  // namespace

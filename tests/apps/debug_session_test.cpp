@@ -139,7 +139,8 @@ namespace {
 TEST(RunTrace, HoldsTheExpectedCollectivesPerRank) {
   RunOptions o = small_run(ParallelMode::tp_sp, 2);
   o.spec.steps = 2;
-  o.trace_path = (shardscope::testing_files::temp_path("run_trace.json")).string();
+  const testing_files::ScratchPath trace_file("run_trace.json");
+  o.trace_path = trace_file.string();
   std::ostringstream out;
   run_layer(o, out);
   const TraceFile trace = read_trace(o.trace_path);
@@ -161,7 +162,6 @@ TEST(RunTrace, HoldsTheExpectedCollectivesPerRank) {
       EXPECT_EQ(scatters, 2) << "rank " << rank << " step " << step;
     }
   }
-  std::filesystem::remove(o.trace_path);
 }
 
 }  // namespace

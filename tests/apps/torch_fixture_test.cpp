@@ -91,8 +91,7 @@ class TorchFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchFixture, SingleAndEveryParallelModeMatchPyTorchUnderTheDefaultTolerances) {
   const fs::path fixture = kFixtures / GetParam();
-  const fs::path dir = shardscope::testing_files::temp_path("torch_fixture_" + GetParam());
-  fs::remove_all(dir);
+  const shardscope::testing_files::ScratchPath dir("torch_fixture_" + GetParam());
   for (const std::string mode : {"single", "tp", "tp-sp", "ulysses"}) {
     const fs::path out = dir / mode;
     const Result run = run_from(fixture, mode, out);
@@ -101,7 +100,6 @@ TEST_P(TorchFixture, SingleAndEveryParallelModeMatchPyTorchUnderTheDefaultTolera
     EXPECT_EQ(check.exit_code, 0) << mode << ":\n" << check.output;
     EXPECT_THAT(check.output, HasSubstr(kAllPassed)) << mode;
   }
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dumps, TorchFixture, ::testing::ValuesIn(fixture_names()),
@@ -121,8 +119,7 @@ TEST(TorchFixtures, ThreeShapesEachInF64AndF32) {
 
 TEST(TorchFixtures, ACheckAgainstAPerturbedFixtureFailsAndNamesTheTensor) {
   const fs::path fixture = kFixtures / "s14_b1_h12_a6_f32";
-  const fs::path dir = shardscope::testing_files::temp_path("torch_fixture_perturbed");
-  fs::remove_all(dir);
+  const shardscope::testing_files::ScratchPath dir("torch_fixture_perturbed");
   const fs::path out = dir / "single", perturbed = dir / "perturbed";
   fs::create_directories(dir);
   fs::copy(fixture, perturbed);
@@ -136,7 +133,6 @@ TEST(TorchFixtures, ACheckAgainstAPerturbedFixtureFailsAndNamesTheTensor) {
   EXPECT_THAT(table_row(check.output, "attn.proj.weight.grad"), HasSubstr("FAIL")) << check.output;
   EXPECT_THAT(table_row(check.output, "attn.proj.weight"), Not(HasSubstr("FAIL")));
   EXPECT_THAT(check.output, HasSubstr("28 of 29 tensors passed"));
-  fs::remove_all(dir);
 }
 
 }  // namespace
