@@ -32,6 +32,7 @@ MemoryCategory MemoryLedger::effective(const Entry& e) const {
 void MemoryLedger::add_live(MemoryCategory c, std::size_t bytes) {
   std::size_t& live = live_[index_of(c)];
   live += bytes;
+  changed_ |= static_cast<std::uint8_t>(1u << index_of(c));
   peak_[index_of(c)] = std::max(peak_[index_of(c)], live);
   live_total_ += bytes;
   peak_total_ = std::max(peak_total_, live_total_);
@@ -39,6 +40,7 @@ void MemoryLedger::add_live(MemoryCategory c, std::size_t bytes) {
 
 void MemoryLedger::sub_live(MemoryCategory c, std::size_t bytes) {
   if (bytes > live_[index_of(c)] || bytes > live_total_) ++accounting_errors_;
+  changed_ |= static_cast<std::uint8_t>(1u << index_of(c));
   live_[index_of(c)] -= std::min(bytes, live_[index_of(c)]);
   live_total_ -= std::min(bytes, live_total_);
 }
@@ -144,6 +146,17 @@ std::size_t MemoryLedger::live(MemoryCategory c) const {
 std::array<std::size_t, kMemoryCategoryCount> MemoryLedger::live_all() const {
   const std::unique_lock<HookLock> lock = guard();
   return live_;
+}
+
+std::uint8_t MemoryLedger::take_changed(std::array<std::size_t, kMemoryCategoryCount>& live) {
+  const std::unique_lock<HookLock> lock = guard();
+  const std::uint8_t changed = changed_;
+  for (unsigned bits = changed; bits != 0; bits &= bits - 1) {
+    const auto c = static_cast<std::size_t>(__builtin_ctz(bits));
+    live[c] = live_[c];
+  }
+  changed_ = 0;
+  return changed;
 }
 
 std::size_t MemoryLedger::peak(MemoryCategory c) const {

@@ -51,6 +51,10 @@ class MemoryLedger final : public Observer {
   std::size_t live(MemoryCategory category) const;
   // Every category's live bytes at once (one lock: an observer that reads them after each event).
   std::array<std::size_t, kMemoryCategoryCount> live_all() const;
+  // The categories whose live bytes events added to or took from since the last call (a bit per
+  // MemoryCategory), their live bytes written to `live` (the others' entries left as they were);
+  // then starts over. An observer that follows the live bytes event by event reads only those.
+  std::uint8_t take_changed(std::array<std::size_t, kMemoryCategoryCount>& live);
   std::size_t peak(MemoryCategory category) const;
   std::size_t live_total() const;
   std::size_t peak_total() const;
@@ -107,6 +111,7 @@ class MemoryLedger final : public Observer {
   FlatIdMap<Entry> entries_;  // by key_of(rank, storage id)
   std::array<std::size_t, kMemoryCategoryCount> live_{};
   std::array<std::size_t, kMemoryCategoryCount> peak_{};
+  std::uint8_t changed_ = 0;  // take_changed's categories
   std::size_t live_total_ = 0;
   std::size_t accounting_errors_ = 0;
   std::size_t peak_total_ = 0;

@@ -114,8 +114,15 @@ double TraceRecorder::micros_since_start(Clock::time_point t) const {
 
 // From whole nanoseconds, so a nested slice's end never passes its parent's after rounding.
 double TraceRecorder::micros_between(Clock::time_point from, Clock::time_point to) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
-  return static_cast<double>(ns) / 1000.0;
+  return micros(nanos_between(from, to));
+}
+
+std::int64_t TraceRecorder::nanos_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+}
+
+double TraceRecorder::micros(std::int64_t nanos) {
+  return static_cast<double>(nanos) / 1000.0;
 }
 
 // The rank's state; emits a step mark first when the event's step is not the rank's step.
@@ -159,11 +166,11 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
     case Store::slice: {
       const Slice& s = stores_->slices[index];
       const Place& p = places_[s.place];
-      TraceEvent e = instant(TraceEventKind::op, p.rank, p.step, p.phase, p.layer, s.ts_us);
+      TraceEvent e = instant(TraceEventKind::op, p.rank, p.step, p.phase, p.layer, micros(s.ts_ns));
       e.op = std::string(texts_->text(s.op));
       e.scope = std::string(texts_->text(s.scope));
       e.seq = s.seq;
-      e.dur_us = s.dur_us;
+      e.dur_us = micros(s.dur_ns);
       e.placement = std::string(texts_->text(s.placement));
       e.inputs = shapes_->strings(s.inputs);
       e.outputs = shapes_->strings(s.outputs);
@@ -176,7 +183,8 @@ TraceEvent TraceRecorder::event_at_locked(std::size_t i) const {
     case Store::counter: {
       const Counter& c = stores_->counters[index];
       const Place& p = places_[c.place];
-      TraceEvent e = instant(TraceEventKind::memory, p.rank, p.step, p.phase, p.layer, c.ts_us);
+      TraceEvent e =
+          instant(TraceEventKind::memory, p.rank, p.step, p.phase, p.layer, micros(c.ts_ns));
       e.memory = live_at(index);
       return e;
     }
@@ -194,10 +202,10 @@ TraceEventSource TraceRecorder::source_locked() const {
     const std::size_t index = index_of(entry);
     switch (store_of(entry)) {
       case Store::slice:
-        return TraceOrderKey{stores_->slices[index].ts_us, stores_->slices[index].dur_us,
-                             TraceEventKind::op};
+        return TraceOrderKey{micros(stores_->slices[index].ts_ns),
+                             micros(stores_->slices[index].dur_ns), TraceEventKind::op};
       case Store::counter:
-        return TraceOrderKey{stores_->counters[index].ts_us, 0.0, TraceEventKind::memory};
+        return TraceOrderKey{micros(stores_->counters[index].ts_ns), 0.0, TraceEventKind::memory};
       case Store::full:
         break;
     }
@@ -239,11 +247,13 @@ std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_at(std::size
 }
 
 void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
-  const std::array<std::size_t, kMemoryCategoryCount> live = state.ledger.live_all();
+  // state.memory follows the ledger's live bytes: the categories the event touched are read.
+  std::array<std::size_t, kMemoryCategoryCount> live{};
+  const std::uint8_t touched = state.ledger.take_changed(live);
   std::uint8_t changed = 0;
-  for (int k = 0; k < kMemoryCategoryCount; ++k) {
-    const auto c = static_cast<std::size_t>(k);
-    if (live[c] != state.memory[c]) changed |= static_cast<std::uint8_t>(1u << k);
+  for (unsigned bits = touched; bits != 0; bits &= bits - 1) {
+    const auto c = static_cast<std::size_t>(__builtin_ctz(bits));
+    if (live[c] != state.memory[c]) changed |= static_cast<std::uint8_t>(1u << c);
     state.memory[c] = live[c];
   }
   if (changed == 0 || !make_room(site.step)) return;
@@ -254,13 +264,13 @@ void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::ti
   const auto index = static_cast<std::uint32_t>(stores_->counters.size());
   stores_->order.push() = order_entry(Store::counter, index);
   Counter& counter = stores_->counters.push();
-  counter.ts_us = micros_since_start(now);
+  counter.ts_ns = nanos_between(start_, now);
   counter.place = place_of(state, site);
   counter.previous = state.has_counter ? state.last_counter : kNoCounter;
   counter.first_value = static_cast<std::uint32_t>(stores_->values.size());
   counter.changed = changed;
-  for (int k = 0; k < kMemoryCategoryCount; ++k) {
-    if (changed & (1u << k)) stores_->values.push() = state.memory[static_cast<std::size_t>(k)];
+  for (unsigned bits = changed; bits != 0; bits &= bits - 1) {
+    stores_->values.push() = state.memory[static_cast<std::size_t>(__builtin_ctz(bits))];
   }
   state.last_counter = index;
   state.has_counter = true;
@@ -302,8 +312,8 @@ void TraceRecorder::on_op_end(const OpEvent& e) {
     slice.inputs = open.inputs;
     slice.outputs = shapes_->id(e.outputs);
     slice.seq = e.seq;
-    slice.ts_us = micros_since_start(open.begin);
-    slice.dur_us = micros_between(open.begin, now);
+    slice.ts_ns = nanos_between(start_, open.begin);
+    slice.dur_ns = nanos_between(open.begin, now);
     slice.alloc_bytes = open.alloc_bytes;
     slice.saved_bytes = open.saved_bytes;
     slice.saved_extra_bytes = open.saved_extra_bytes;

@@ -58,7 +58,7 @@ struct Slice {
   std::uint32_t op = 0, scope = 0, placement = 0;  // TextTable ids
   std::uint32_t inputs = 0, outputs = 0;           // ShapeTable ids
   std::uint64_t seq = 0;
-  double ts_us = 0, dur_us = 0;
+  std::int64_t ts_ns = 0, dur_ns = 0;  // since the recorder was made; microseconds when read
   std::uint64_t alloc_bytes = 0, saved_bytes = 0, saved_extra_bytes = 0, released_bytes = 0;
 };
 
@@ -67,7 +67,7 @@ struct Slice {
 // first_value on, in category order. Every kSnapshotEvery-th counter of a rank (its first included)
 // keeps all of them, so reading one goes back at most that many counters (TraceRecorder::live_at).
 struct Counter {
-  double ts_us = 0;
+  std::int64_t ts_ns = 0;  // since the recorder was made
   std::uint32_t place = 0;
   std::uint32_t previous = 0;  // the index of the rank's counter before, or kNoCounter
   std::uint32_t first_value = 0;

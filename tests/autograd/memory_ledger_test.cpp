@@ -2,6 +2,7 @@
 // for parameters, extras kept apart, and what each op keeps for backward.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <string>
 #include <utility>
@@ -243,6 +244,45 @@ TEST(MemoryLedger, LiveOnlyKeepsTheSameLiveAndPeakBytes) {
   EXPECT_THROW(compare.lean.saved_by_site(), StateError);
   EXPECT_THROW(compare.lean.allocations_by_op(), StateError);
   EXPECT_THROW(compare.lean.saved_activation_bytes(0), StateError);
+}
+
+// take_changed names every category an event touched: live bytes followed through it alone (as
+// the trace recorder follows them) equal the ledger's at every event of a forward and backward
+// with saves, extras, a recategorized storage and parameters; and a second call finds nothing.
+TEST(MemoryLedger, TakeChangedNamesTheCategoriesEachEventTouched) {
+  struct Follow final : Observer {
+    MemoryLedger ledger{MemoryLedger::Locking::own, MemoryLedger::Detail::live_only};
+    std::array<std::size_t, kMemoryCategoryCount> followed{};
+    std::uint8_t seen = 0;  // every category take_changed has named
+    int events = 0;
+    void check() {
+      ++events;
+      seen |= ledger.take_changed(followed);
+      ASSERT_EQ(followed, ledger.live_all()) << "event " << events;
+      std::array<std::size_t, kMemoryCategoryCount> untouched{};
+      ASSERT_EQ(ledger.take_changed(untouched), 0) << "event " << events;
+    }
+    void on_alloc(const StorageEvent& e) override { ledger.on_alloc(e), check(); }
+    void on_free(const StorageEvent& e) override { ledger.on_free(e), check(); }
+    void on_recategorize(const StorageEvent& e) override { ledger.on_recategorize(e), check(); }
+    void on_save(const SaveEvent& e) override { ledger.on_save(e), check(); }
+    void on_release(const SaveEvent& e) override { ledger.on_release(e), check(); }
+  } follow;
+  Context ctx;
+  ObserverGuard attach(ctx, follow);
+  Tensor w = Tensor::parameter(Tensor::randn(ctx, {8, 8}, 1), "w");
+  Tensor g = Tensor::parameter(Tensor::randn(ctx, {8}, 2), "g");
+  Tensor b = Tensor::parameter(Tensor::randn(ctx, {8}, 3), "b");
+  Tensor x = Tensor::randn(ctx, {4, 8}, 4).set_requires_grad(true);
+  Tensor h = layernorm(gelu(matmul(x, w)), g, b, 1e-5);
+  sum(mul(h, h)).backward();
+  EXPECT_GT(follow.events, 20);
+  for (const MemoryCategory c :
+       {MemoryCategory::activation, MemoryCategory::parameter, MemoryCategory::saved_activation,
+        MemoryCategory::saved_extra, MemoryCategory::gradient}) {
+    EXPECT_NE(follow.seen & (1u << static_cast<unsigned>(c)), 0u)
+        << "never named: category " << static_cast<int>(c);
+  }
 }
 
 TEST(MemoryLedger, AllocationsAreAttributedToTheOpAndScope) {

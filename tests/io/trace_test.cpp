@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -339,6 +340,39 @@ TEST(Trace, CompactRecordsComeBackAsTheEventsTheyDescribe) {
   EXPECT_EQ(counters, expected_counters.size());
   // A step mark where each rank's step changed: at i = 0 and at every 1000th op, per rank.
   EXPECT_EQ(events.size(), kOps + expected_counters.size() + 2u * (kOps / 1000));
+}
+
+// Times in microseconds since the recorder was made, from the clock it was given: a slice's start
+// and duration and a counter's time, to the nanosecond.
+TEST(Trace, TimesAreMicrosecondsSinceTheRecorderWasMade) {
+  const auto origin = std::chrono::steady_clock::time_point(std::chrono::hours(5));
+  std::chrono::nanoseconds now{0};
+  TraceOptions options;
+  options.clock = [&] { return origin + now; };
+  TraceRecorder recorder(options);
+  Site site;
+  site.op = "gelu";
+  OpEvent op;
+  op.site = site;
+  op.seq = 1;
+  now = std::chrono::nanoseconds(1'500);
+  recorder.on_op_begin(op);
+  StorageEvent alloc;
+  alloc.site = site;
+  alloc.storage_id = 1;
+  alloc.bytes = 64;
+  now = std::chrono::nanoseconds(2'501);
+  recorder.on_alloc(alloc);
+  now = std::chrono::nanoseconds(4'750);
+  recorder.on_op_end(op);
+  std::map<TraceEventKind, const TraceEvent*> by_kind;
+  const std::vector<TraceEvent> events = recorder.events();
+  for (const TraceEvent& e : events) by_kind[e.kind] = &e;
+  ASSERT_EQ(by_kind.count(TraceEventKind::op), 1u);
+  ASSERT_EQ(by_kind.count(TraceEventKind::memory), 1u);
+  EXPECT_DOUBLE_EQ(by_kind[TraceEventKind::op]->ts_us, 1.5);
+  EXPECT_DOUBLE_EQ(by_kind[TraceEventKind::op]->dur_us, 3.25);
+  EXPECT_DOUBLE_EQ(by_kind[TraceEventKind::memory]->ts_us, 2.501);
 }
 
 TEST(Trace, RefusesABoundItsIndicesCannotReach) {
