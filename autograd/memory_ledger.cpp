@@ -150,9 +150,10 @@ std::array<std::size_t, kMemoryCategoryCount> MemoryLedger::live_all() const {
 
 std::uint8_t MemoryLedger::take_changed(std::array<std::size_t, kMemoryCategoryCount>& live) {
   const std::unique_lock<HookLock> lock = guard();
-  const std::uint8_t changed = changed_;
-  for (unsigned bits = changed; bits != 0; bits &= bits - 1) {
+  std::uint8_t changed = 0;
+  for (unsigned bits = changed_; bits != 0; bits &= bits - 1) {
     const auto c = static_cast<std::size_t>(__builtin_ctz(bits));
+    if (live[c] != live_[c]) changed |= static_cast<std::uint8_t>(1u << c);
     live[c] = live_[c];
   }
   changed_ = 0;

@@ -51,9 +51,10 @@ class MemoryLedger final : public Observer {
   std::size_t live(MemoryCategory category) const;
   // Every category's live bytes at once (one lock: an observer that reads them after each event).
   std::array<std::size_t, kMemoryCategoryCount> live_all() const;
-  // The categories whose live bytes events added to or took from since the last call (a bit per
-  // MemoryCategory), their live bytes written to `live` (the others' entries left as they were);
-  // then starts over. An observer that follows the live bytes event by event reads only those.
+  // Brings `live` (a copy of live_all() some events ago) up to date with the categories events
+  // added to or took from since the last call, and returns those whose value it changed (a bit
+  // per MemoryCategory); then starts over. An observer that follows the live bytes event by event
+  // reads only those.
   std::uint8_t take_changed(std::array<std::size_t, kMemoryCategoryCount>& live);
   std::size_t peak(MemoryCategory category) const;
   std::size_t live_total() const;

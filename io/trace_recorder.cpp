@@ -47,7 +47,7 @@ struct TraceRecorder::RankState {
   bool has_counter = false;
   std::int64_t step = 0;
   Clock::time_point last_event;
-  std::array<std::uint64_t, kMemoryCategoryCount> memory{};
+  std::array<std::size_t, kMemoryCategoryCount> memory{};
   Place place_key;                 // the rank's last place (valid once has_place)
   std::uint32_t place = 0;         // and its index
   std::uint32_t last_counter = 0;  // the index of its last counter (valid once has_counter)
@@ -125,8 +125,19 @@ double TraceRecorder::micros(std::int64_t nanos) {
   return static_cast<double>(nanos) / 1000.0;
 }
 
-// The rank's state; emits a step mark first when the event's step is not the rank's step.
+// The rank's state; emits a step mark first when the event's step is not the rank's step. The
+// common case (the rank and step of the event before) stays small; the rest is out of line.
 TraceRecorder::RankState& TraceRecorder::rank_state(const Site& site, Clock::time_point now) {
+  if (last_state_ == nullptr || last_rank_ != site.rank || !last_state_->has_step ||
+      last_state_->step != site.step) {
+    return new_rank_or_step(site, now);
+  }
+  RankState& state = *last_state_;
+  state.last_event = std::max(state.last_event, now);
+  return state;
+}
+
+TraceRecorder::RankState& TraceRecorder::new_rank_or_step(const Site& site, Clock::time_point now) {
   if (last_state_ == nullptr || last_rank_ != site.rank) {
     std::unique_ptr<RankState>& slot = ranks_[site.rank];
     if (!slot) {
@@ -248,14 +259,7 @@ std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_at(std::size
 
 void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
   // state.memory follows the ledger's live bytes: the categories the event touched are read.
-  std::array<std::size_t, kMemoryCategoryCount> live{};
-  const std::uint8_t touched = state.ledger.take_changed(live);
-  std::uint8_t changed = 0;
-  for (unsigned bits = touched; bits != 0; bits &= bits - 1) {
-    const auto c = static_cast<std::size_t>(__builtin_ctz(bits));
-    if (live[c] != state.memory[c]) changed |= static_cast<std::uint8_t>(1u << c);
-    state.memory[c] = live[c];
-  }
+  std::uint8_t changed = state.ledger.take_changed(state.memory);
   if (changed == 0 || !make_room(site.step)) return;
   if (!state.has_counter || ++state.since_snapshot == kSnapshotEvery) {
     changed = kEveryCategory;

@@ -104,6 +104,7 @@ class TraceRecorder final : public Observer {
   static double micros(std::int64_t nanos);
   TraceMeta meta_locked() const;
   RankState& rank_state(const Site& site, Clock::time_point now);
+  [[gnu::noinline]] RankState& new_rank_or_step(const Site& site, Clock::time_point now);
   void record_saved(const SaveEvent& e, bool release);
   OpenSlice* saving_slice(RankState& state, const Site& site) const;
   void keep(TraceEvent event);

@@ -246,14 +246,14 @@ TEST(MemoryLedger, LiveOnlyKeepsTheSameLiveAndPeakBytes) {
   EXPECT_THROW(compare.lean.saved_activation_bytes(0), StateError);
 }
 
-// take_changed names every category an event touched: live bytes followed through it alone (as
-// the trace recorder follows them) equal the ledger's at every event of a forward and backward
-// with saves, extras, a recategorized storage and parameters; and a second call finds nothing.
-TEST(MemoryLedger, TakeChangedNamesTheCategoriesEachEventTouched) {
+// take_changed brings a copy of the live bytes up to date: followed through it alone (as the trace
+// recorder follows them) they equal the ledger's at every event of a forward and backward with
+// saves, extras and parameters, and a second call finds nothing to change.
+TEST(MemoryLedger, TakeChangedBringsACopyOfTheLiveBytesUpToDate) {
   struct Follow final : Observer {
     MemoryLedger ledger{MemoryLedger::Locking::own, MemoryLedger::Detail::live_only};
     std::array<std::size_t, kMemoryCategoryCount> followed{};
-    std::uint8_t seen = 0;  // every category take_changed has named
+    std::uint8_t seen = 0;  // every category take_changed has changed
     int events = 0;
     void check() {
       ++events;
