@@ -1,10 +1,10 @@
 // MemoryLedger: an observer that accounts every byte of one rank by category, live and peak, and
 // the saved activations by the op that saved them. Saved bytes are counted once per unique
 // Storage (two ops saving the same tensor count it once, under the first), never for parameters,
-// and LayerNorm statistics and other SaveRole::extra tensors go to a separate extras total.
+// and LayerNorm statistics and other SaveRole::extra tensors go to a separate extras total (the
+// rules: autograd/live_bytes.h, which the trace recorder's memory counters follow too).
 // One ledger may watch the contexts of several ranks (their totals add up); two contexts of the
-// same rank need two ledgers. It is thread-safe, unless made with Locking::by_owner for an owner
-// that calls it only under a lock of its own (the trace recorder's per-rank ledgers).
+// same rank need two ledgers. It is thread-safe.
 #pragma once
 
 #include <array>
@@ -15,23 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "autograd/flat_id_map.h"
 #include "autograd/hash_index.h"
 #include "autograd/hook_lock.h"
+#include "autograd/live_bytes.h"
 #include "autograd/observer.h"
 
 namespace shardscope {
 
 class MemoryLedger final : public Observer {
  public:
-  enum class Locking { own, by_owner };
-  // What it keeps: everything below, or only the live and peak bytes by category (the trace
-  // recorder's per-rank ledgers, whose every event would otherwise also look up the op's
-  // allocation totals and the saving site; the queries by op and by site then throw StateError).
-  enum class Detail { full, live_only };
-  explicit MemoryLedger(Locking locking = Locking::own, Detail detail = Detail::full)
-      : locking_(locking), detail_(detail) {}
-
   // Saved bytes grouped by the op that first saved them.
   struct SavedSite {
     std::string scope;  // "attn.qkv"
@@ -51,11 +43,6 @@ class MemoryLedger final : public Observer {
   std::size_t live(MemoryCategory category) const;
   // Every category's live bytes at once (one lock: an observer that reads them after each event).
   std::array<std::size_t, kMemoryCategoryCount> live_all() const;
-  // Brings `live` (a copy of live_all() some events ago) up to date with the categories events
-  // added to or took from since the last call, and returns those whose value it changed (a bit
-  // per MemoryCategory); then starts over. An observer that follows the live bytes event by event
-  // reads only those.
-  std::uint8_t take_changed(std::array<std::size_t, kMemoryCategoryCount>& live);
   std::size_t peak(MemoryCategory category) const;
   std::size_t live_total() const;
   std::size_t peak_total() const;
@@ -78,44 +65,17 @@ class MemoryLedger final : public Observer {
   void on_release(const SaveEvent& e) override;
 
  private:
-  struct Entry {
-    std::size_t bytes = 0;
-    MemoryCategory base = MemoryCategory::activation;  // its category while not saved
-    bool counted = false;  // allocated while the ledger watched (else only its saves count)
-    int saves = 0;
-    SaveRole role = SaveRole::activation;
-    std::size_t site = 0;  // index into site_keys_ of the first saver
-  };
   struct SiteKey {
     std::string scope, op;
     int layer;
     SaveRole role;
   };
 
-  // Holds hook_lock_ unless the owner locks (Locking::by_owner).
-  std::unique_lock<HookLock> guard() const {
-    return locking_ == Locking::own ? std::unique_lock<HookLock>(hook_lock_)
-                                    : std::unique_lock<HookLock>();
-  }
-  MemoryCategory effective(const Entry& e) const;
-  void add_live(MemoryCategory c, std::size_t bytes);
-  void sub_live(MemoryCategory c, std::size_t bytes);
-  std::size_t site_index(const SaveEvent& e);
+  std::uint32_t site_index(const SaveEvent& e);
   std::size_t saved_bytes(SaveRole role, std::optional<int> layer) const;
 
-  // Throws StateError naming `query` when the ledger keeps live bytes only.
-  void require_full(const char* query) const;
-
-  const Locking locking_;
-  const Detail detail_;
   mutable HookLock hook_lock_;
-  FlatIdMap<Entry> entries_;  // by key_of(rank, storage id)
-  std::array<std::size_t, kMemoryCategoryCount> live_{};
-  std::array<std::size_t, kMemoryCategoryCount> peak_{};
-  std::uint8_t changed_ = 0;  // take_changed's categories
-  std::size_t live_total_ = 0;
-  std::size_t accounting_errors_ = 0;
-  std::size_t peak_total_ = 0;
+  LiveBytes bytes_;  // entries' `site`: index into site_keys_ of the first saver
   std::vector<SiteKey> site_keys_;
   HashIndex site_index_;  // site_keys_ by their fields
   std::vector<OpAllocations> op_allocations_;

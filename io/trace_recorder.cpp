@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "autograd/errors.h"
-#include "autograd/memory_ledger.h"
+#include "autograd/live_bytes.h"
 #include "io/trace_records.h"
 
 namespace shardscope {
@@ -39,7 +39,7 @@ struct TraceRecorder::OpenSlice {
 
 // What the recorder tracks for one rank: its open slices (innermost last), its step, the time of
 // its last event (a collective's slice starts there: see on_collective), and its live memory by
-// category, kept by a MemoryLedger of its own so the counters follow the ledger's rules.
+// category, counted by the ledger's rules (LiveBytes, autograd/live_bytes.h).
 struct TraceRecorder::RankState {
   // What every event reads or writes first, together.
   bool has_step = false;
@@ -47,7 +47,7 @@ struct TraceRecorder::RankState {
   bool has_counter = false;
   std::int64_t step = 0;
   Clock::time_point last_event;
-  std::array<std::size_t, kMemoryCategoryCount> memory{};
+  LiveBytes::Bytes memory{};
   Place place_key;                 // the rank's last place (valid once has_place)
   std::uint32_t place = 0;         // and its index
   std::uint32_t last_counter = 0;  // the index of its last counter (valid once has_counter)
@@ -55,7 +55,7 @@ struct TraceRecorder::RankState {
   std::uint32_t last_op = 0, last_scope = 0, last_placement = 0;  // TextTable::id's hints
   std::vector<OpenSlice> open;
   // Its live bytes, by the ledger's rules (used under the recorder's lock only).
-  MemoryLedger ledger{MemoryLedger::Locking::by_owner, MemoryLedger::Detail::live_only};
+  LiveBytes bytes;
   std::optional<Clock::time_point> collective_start;  // set by on_collective_begin
   std::optional<TraceEvent> pending_collective;       // the call entered and not yet left
 };
@@ -258,8 +258,8 @@ std::array<std::uint64_t, kMemoryCategoryCount> TraceRecorder::live_at(std::size
 }
 
 void TraceRecorder::memory_changed(RankState& state, const Site& site, Clock::time_point now) {
-  // state.memory follows the ledger's live bytes: the categories the event touched are read.
-  std::uint8_t changed = state.ledger.take_changed(state.memory);
+  // state.memory follows the live bytes: the categories the event touched are read.
+  std::uint8_t changed = state.bytes.take_changed(state.memory);
   if (changed == 0 || !make_room(site.step)) return;
   if (!state.has_counter || ++state.since_snapshot == kSnapshotEvery) {
     changed = kEveryCategory;
@@ -332,7 +332,7 @@ void TraceRecorder::on_alloc(const StorageEvent& e) {
   const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
   for (OpenSlice& slice : state.open) slice.alloc_bytes += e.bytes;
-  state.ledger.on_alloc(e);
+  state.bytes.on_alloc(e);
   memory_changed(state, e.site, now);
 }
 
@@ -341,7 +341,7 @@ void TraceRecorder::on_free(const StorageEvent& e) {
   std::lock_guard<HookLock> lock(hook_lock_);
   const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
-  state.ledger.on_free(e);
+  state.bytes.on_free(e);
   memory_changed(state, e.site, now);
 }
 
@@ -350,7 +350,7 @@ void TraceRecorder::on_recategorize(const StorageEvent& e) {
   std::lock_guard<HookLock> lock(hook_lock_);
   const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
-  state.ledger.on_recategorize(e);
+  state.bytes.on_recategorize(e);
   memory_changed(state, e.site, now);
 }
 
@@ -366,8 +366,8 @@ TraceRecorder::OpenSlice* TraceRecorder::saving_slice(RankState& state, const Si
   return state.open.empty() ? nullptr : &state.open.back();
 }
 
-// A save or release goes to the rank's ledger, then a memory counter. The slice is credited with
-// what the ledger counted (the change of its live saved bytes): a tensor once, under its first
+// A save or release goes to the rank's live bytes, then a memory counter. The slice is credited
+// with what they counted (the change of its live saved bytes): a tensor once, under its first
 // saver (the softmax output that probs x V saves again counts under softmax), never a parameter;
 // so a forward slice's saved bytes are the ledger's for its site, extras split out.
 void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
@@ -375,16 +375,16 @@ void TraceRecorder::record_saved(const SaveEvent& e, bool release) {
   std::lock_guard<HookLock> lock(hook_lock_);
   const Clock::time_point now = time_locked(reading);
   RankState& state = rank_state(e.site, now);
-  // The ledger's live bytes before and after this event: state.memory (memory_changed, after
-  // every event the ledger sees, sets it to them).
+  // The live bytes before and after this event: state.memory (memory_changed, after every
+  // event, sets it to them).
   const auto activation_index = static_cast<std::size_t>(MemoryCategory::saved_activation);
   const auto extra_index = static_cast<std::size_t>(MemoryCategory::saved_extra);
   const std::uint64_t activation_before = state.memory[activation_index];
   const std::uint64_t extra_before = state.memory[extra_index];
   if (release) {
-    state.ledger.on_release(e);
+    state.bytes.on_release(e);
   } else {
-    state.ledger.on_save(e);
+    state.bytes.on_save(e);
   }
   memory_changed(state, e.site, now);
   const std::uint64_t activation_after = state.memory[activation_index];

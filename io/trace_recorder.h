@@ -115,7 +115,7 @@ class TraceRecorder final : public Observer {
   TraceEventSource source_locked() const;
   TraceEvent collective_slice(const CollectiveEvent& e, const RankState& state,
                               Clock::time_point start, Clock::time_point end) const;
-  // A memory counter when the rank's ledger's live bytes changed with the event just given to it.
+  // A memory counter when the rank's live bytes changed with the event just given to them.
   void memory_changed(RankState& state, const Site& site, Clock::time_point now);
   // The index in places_ of `site`'s place (the rank's last one when it is the same).
   std::uint32_t place_of(RankState& state, const Site& site);
