@@ -210,6 +210,20 @@ TEST(MemoryLedger, TwoRanksShareALedgerWithoutMixingTheirStorages) {
   EXPECT_EQ(ledger.accounting_errors(), 0u);
 }
 
+// A forward and backward with every kind of memory event, under `observer`: parameters, a matmul
+// and GeLUs that save their inputs, a LayerNorm with its extras, a view.
+void forward_and_backward_watched_by(Observer& observer) {
+  Context ctx;
+  ObserverGuard attach(ctx, observer);
+  Tensor w = Tensor::parameter(Tensor::randn(ctx, {8, 8}, 1), "w");
+  Tensor g = Tensor::parameter(Tensor::randn(ctx, {8}, 2), "g");
+  Tensor b = Tensor::parameter(Tensor::randn(ctx, {8}, 3), "b");
+  Tensor x = Tensor::randn(ctx, {4, 8}, 4).set_requires_grad(true);
+  Tensor h = layernorm(gelu(matmul(x, w)), g, b, 1e-5);
+  Tensor y = gelu(reshape(h, {8, 4}));
+  sum(mul(y, y)).backward();
+}
+
 // LiveBytes alone (what the trace recorder keeps per rank) counts as the ledger does, at every
 // event of a forward and backward with saves, views, extras and parameters.
 TEST(MemoryLedger, LiveBytesAloneCountAsTheLedgerDoes) {
@@ -235,15 +249,7 @@ TEST(MemoryLedger, LiveBytesAloneCountAsTheLedgerDoes) {
       ledger.on_release(e), bytes.on_release(e), check();
     }
   } compare;
-  Context ctx;
-  ObserverGuard attach(ctx, compare);
-  Tensor w = Tensor::parameter(Tensor::randn(ctx, {8, 8}, 1), "w");
-  Tensor g = Tensor::parameter(Tensor::randn(ctx, {8}, 2), "g");
-  Tensor b = Tensor::parameter(Tensor::randn(ctx, {8}, 3), "b");
-  Tensor x = Tensor::randn(ctx, {4, 8}, 4).set_requires_grad(true);
-  Tensor h = layernorm(gelu(matmul(x, w)), g, b, 1e-5);
-  Tensor y = gelu(reshape(h, {8, 4}));
-  sum(mul(y, y)).backward();
+  forward_and_backward_watched_by(compare);
   EXPECT_GT(compare.events, 20);
 }
 
@@ -269,14 +275,7 @@ TEST(MemoryLedger, TakeChangedBringsACopyOfTheLiveBytesUpToDate) {
     void on_save(const SaveEvent& e) override { bytes.on_save(e), check(); }
     void on_release(const SaveEvent& e) override { bytes.on_release(e), check(); }
   } follow;
-  Context ctx;
-  ObserverGuard attach(ctx, follow);
-  Tensor w = Tensor::parameter(Tensor::randn(ctx, {8, 8}, 1), "w");
-  Tensor g = Tensor::parameter(Tensor::randn(ctx, {8}, 2), "g");
-  Tensor b = Tensor::parameter(Tensor::randn(ctx, {8}, 3), "b");
-  Tensor x = Tensor::randn(ctx, {4, 8}, 4).set_requires_grad(true);
-  Tensor h = layernorm(gelu(matmul(x, w)), g, b, 1e-5);
-  sum(mul(h, h)).backward();
+  forward_and_backward_watched_by(follow);
   EXPECT_GT(follow.events, 20);
   for (const MemoryCategory c :
        {MemoryCategory::activation, MemoryCategory::parameter, MemoryCategory::saved_activation,
