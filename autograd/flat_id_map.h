@@ -1,6 +1,7 @@
 // FlatIdMap: a hash map from 64-bit ids to values in one array (open addressing, linear probing),
-// for the memory ledger's map of live storages: an insert and an erase per allocation and free,
-// which in std::unordered_map each made or freed a node and followed a pointer to it. Ids are
+// for LiveBytes' map of live storages (the ledger's and the trace recorder's): an insert and an
+// erase per allocation and free, which in std::unordered_map each made or freed a node and
+// followed a pointer to it. Ids are
 // hashed by a multiply (Fibonacci hashing); the array stays at most half full; an erase shifts
 // the entries after it back, so no slot is ever a tombstone.
 #pragma once

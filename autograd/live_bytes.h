@@ -21,6 +21,8 @@
 namespace shardscope {
 
 class LiveBytes {
+  static_assert(kMemoryCategoryCount <= 8, "take_changed's categories are the bits of a byte");
+
  public:
   using Bytes = std::array<std::size_t, kMemoryCategoryCount>;
 
@@ -102,9 +104,10 @@ class LiveBytes {
     peak_total_ = live_total_;
   }
 
-  // Brings `copy` (live() some events ago) up to date with the categories events added to or took
-  // from since the last call, and returns those whose value it changed (a bit per MemoryCategory);
-  // then starts over. An observer that follows the live bytes event by event reads only those.
+  // Brings `copy` (live() as of the last call, or zeros before the first) up to date with the
+  // categories events added to or took from since, and returns those whose value it changed (a
+  // bit per MemoryCategory); then starts over. An observer that follows the live bytes event by
+  // event reads only those.
   std::uint8_t take_changed(Bytes& copy) {
     std::uint8_t changed = 0;
     for (unsigned bits = touched_; bits != 0; bits &= bits - 1) {

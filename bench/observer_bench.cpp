@@ -10,7 +10,8 @@
 //                              programs on the machine inflate less).
 //   BM_ObserverAlone/<part>/s/b/h/a  the same with one part attached alone: "events" (an observer
 //                              that does nothing: the engine building each event and calling),
-//                              "ledger", "recorder" (which keeps a live-bytes ledger of its own).
+//                              "ledger", "recorder" (which counts each rank's live bytes itself,
+//                              a LiveBytes per rank).
 //   BM_ObserverHooks/s/b/h/a     one such step's observer calls made again, without the step, on
 //                              a new recorder and a new ledger: each one's cost per call
 //                              (counters recorder_ns, ledger_ns; calls: a step's).
@@ -128,7 +129,7 @@ void BM_ObserverOverhead(benchmark::State& state) {
 
 // BM_ObserverAlone/<which>: BM_ObserverOverhead with one part attached, to say where its cost
 // goes: "events" (an observer that does nothing), "ledger" (the MemoryLedger), "recorder" (the
-// TraceRecorder, which keeps a live-bytes ledger of its own).
+// TraceRecorder, which counts each rank's live bytes itself).
 enum class Alone { events, ledger, recorder };
 void BM_ObserverAlone(benchmark::State& state, Alone which) {
   NoOpObserver nothing;
