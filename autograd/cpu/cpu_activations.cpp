@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -27,8 +28,9 @@ using cpu::kCostlyGrain;
 
 namespace {
 
-// The most (position, pair) entries rope_forward tabulates (16 MiB of cosines and sines); past
-// that each element takes its own.
+// The most (position, pair) entries rope_forward tabulates (24 MiB of cosines and sines in double
+// and f32, kept by the backend until another geometry's table replaces it); past that each
+// element takes its own.
 constexpr std::int64_t kRopeTableMost = std::int64_t{1} << 20;
 // The fewest table entries worth a thread (a cosine and a sine each: some 40 ns).
 constexpr std::int64_t kRopeTableGrain = 1024;
@@ -164,63 +166,102 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
 
 // Each thread a range of rows of d, each row at one position, rotating its d/2 pairs
 // (x[i], x[i + d/2]).
+std::shared_ptr<const CpuBackend::RopeTable> CpuBackend::rope_table(std::int64_t positions,
+                                                                    std::int64_t first_position,
+                                                                    std::int64_t d, double base) {
+  const std::int64_t half = d / 2;
+  {
+    std::lock_guard<std::mutex> lock(rope_mutex_);
+    const RopeTable* t = rope_table_.get();
+    if (t && t->positions == positions && t->first_position == first_position && t->half == half &&
+        t->base == base) {
+      return rope_table_;
+    }
+  }
+  auto table = std::make_shared<RopeTable>();
+  table->positions = positions;
+  table->first_position = first_position;
+  table->half = half;
+  table->base = base;
+  const auto entries = static_cast<std::size_t>(positions * half);
+  table->cos.resize(entries);
+  table->sin.resize(entries);
+  // Each pair's theta once (a pow; rope_angle's own), the positions' cosines and sines in threads:
+  // the same doubles rope_rotate takes.
+  std::vector<double> theta(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i) {
+    theta[static_cast<std::size_t>(i)] = kernels::rope_theta(i, d, base);
+  }
+  threads_.parallel_for(
+      positions, std::max<std::int64_t>(kRopeTableGrain / std::max<std::int64_t>(half, 1), 1),
+      [&](std::int64_t first, std::int64_t end) {
+        for (std::int64_t p = first; p < end; ++p) {
+          const auto position = static_cast<double>(first_position + p);
+          for (std::int64_t i = 0; i < half; ++i) {
+            const double angle = position * theta[static_cast<std::size_t>(i)];
+            table->cos[static_cast<std::size_t>(p * half + i)] = std::cos(angle);
+            table->sin[static_cast<std::size_t>(p * half + i)] = std::sin(angle);
+          }
+        }
+      });
+  table->cos_f32.assign(table->cos.begin(), table->cos.end());
+  table->sin_f32.assign(table->sin.begin(), table->sin.end());
+  std::lock_guard<std::mutex> lock(rope_mutex_);
+  rope_table_ = table;
+  return table;
+}
+
 void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
                               double base, bool inverse, Tensor& y) {
   const kernels::RopeGeometry g =
       kernels::rope_geometry(x.shape().dims().data(), x.rank(), seq_dim, first_position, base);
+  // Fast path: each (position, pair)'s cosine and sine from a table kept from call to call (the
+  // rows of one position share them: b x heads rows a position), past kRopeTableMost entries
+  // each element's own.
+  std::shared_ptr<const RopeTable> table;
+  if (g.positions * (g.d / 2) <= kRopeTableMost) {
+    table = rope_table(g.positions, g.first_position, g.d, g.base);
+  }
   dispatch_floating(x.dtype(), "rope_forward", [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = y.data<T>();
     const std::int64_t d = g.d, half = d / 2;
-    // Fast path: each (position, pair)'s cosine and sine computed once into a table (the rows of
-    // one position share them: b x heads rows a position), the same doubles rope_rotate takes.
-    // Each pair's theta once (a pow; rope_angle's own), and the positions' cosines and sines in
-    // threads: at s=128 the table took 0.1 ms of a call one thread computed alone.
-    std::vector<double> table;
-    if (g.positions * half <= kRopeTableMost) {
-      table.resize(static_cast<std::size_t>(2 * g.positions * half));
-      std::vector<double> theta(static_cast<std::size_t>(half));
-      for (std::int64_t i = 0; i < half; ++i) {
-        theta[static_cast<std::size_t>(i)] = kernels::rope_theta(i, d, g.base);
-      }
-      threads_.parallel_for(
-          g.positions, std::max<std::int64_t>(kRopeTableGrain / std::max<std::int64_t>(half, 1), 1),
-          [&](std::int64_t first, std::int64_t end) {
-            for (std::int64_t p = first; p < end; ++p) {
-              const auto position = static_cast<double>(g.first_position + p);
-              for (std::int64_t i = 0; i < half; ++i) {
-                const double angle = position * theta[static_cast<std::size_t>(i)];
-                table[static_cast<std::size_t>(2 * (p * half + i))] = std::cos(angle);
-                table[static_cast<std::size_t>(2 * (p * half + i) + 1)] =
-                    inverse ? -std::sin(angle) : std::sin(angle);
-              }
-            }
-          });
-    }
-    std::vector<float> table_f32;
-    if (kernels::is_half_v<T>) table_f32.assign(table.begin(), table.end());
     auto rows = [&](std::int64_t first, std::int64_t end) {
+      // Row r's position is first_position + (r / inner) % positions (rope_row_position): an
+      // odometer over (position, row within it) from the chunk's first row, no division a row.
+      std::int64_t within = first % g.inner;
+      std::int64_t position = kernels::rope_row_position(first, g);
       for (std::int64_t row = first; row < end; ++row) {
-        const std::int64_t position = kernels::rope_row_position(row, g);
+        if (row != first && ++within == g.inner) {
+          within = 0;
+          if (++position == g.first_position + g.positions) position = g.first_position;
+        }
         const T* a = in + row * d;
         T* out = o + row * d;
-        if (!table.empty() && kernels::is_half_v<T>) {
+        const std::int64_t at = (position - g.first_position) * half;
+        if (table && kernels::is_half_v<T>) {
           // The rotation in f32 with the table's cosines and sines rounded to f32, then rounded
           // once to T (as softmax_backward's row): a loop the compiler vectorises.
-          const float* cs = table_f32.data() + 2 * (position - g.first_position) * half;
+          const float* c = table->cos_f32.data() + at;
+          const float* sn = table->sin_f32.data() + at;
+          const float sign = inverse ? -1.0f : 1.0f;
           for (std::int64_t i = 0; i < half; ++i) {
             const auto xa = static_cast<float>(a[i]), xb = static_cast<float>(a[i + half]);
-            out[i] = static_cast<T>(xa * cs[2 * i] - xb * cs[2 * i + 1]);
-            out[i + half] = static_cast<T>(xb * cs[2 * i] + xa * cs[2 * i + 1]);
+            const float s = sign * sn[i];
+            out[i] = static_cast<T>(xa * c[i] - xb * s);
+            out[i + half] = static_cast<T>(xb * c[i] + xa * s);
           }
           continue;
         }
-        if (!table.empty()) {
-          const double* cs = table.data() + 2 * (position - g.first_position) * half;
+        if (table) {
+          // rope_rotate_by's doubles, cosines and sines in arrays of their own: a loop the
+          // compiler vectorises.
+          const double* c = table->cos.data() + at;
+          const double* sn = table->sin.data() + at;
+          const double sign = inverse ? -1.0 : 1.0;
           for (std::int64_t i = 0; i < half; ++i) {
-            kernels::rope_rotate_by(a[i], a[i + half], cs[2 * i], cs[2 * i + 1], out[i],
-                                    out[i + half]);
+            kernels::rope_rotate_by(a[i], a[i + half], c[i], sign * sn[i], out[i], out[i + half]);
           }
           continue;
         }

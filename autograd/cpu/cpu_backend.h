@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "autograd/backend.h"
 #include "autograd/caching_allocator.h"
@@ -116,6 +117,22 @@ class CpuBackend final : public Backend {
   // takes its own for that product.
   std::mutex f32_mutex_;
   F32Scratch f32_[3];
+
+  // rope_forward's cosines and sines of each (position, pair), for the last geometry it tabulated:
+  // a layer's queries and keys, forward and backward, and every step after the first take the
+  // same one, which cost a cosine and a sine (some 40 ns) an entry to compute. The sines are
+  // kept as sin(angle); a backward's rotation by -angle negates them as it reads them (exact).
+  struct RopeTable {
+    std::int64_t positions = 0, first_position = 0, half = 0;
+    double base = 0;
+    std::vector<double> cos, sin;         // [position - first_position][pair]
+    std::vector<float> cos_f32, sin_f32;  // the same, rounded to f32 (for bf16 and f16 rows)
+  };
+  // The table of that geometry: the one kept when it matches, else a new one (then kept).
+  std::shared_ptr<const RopeTable> rope_table(std::int64_t positions, std::int64_t first_position,
+                                              std::int64_t d, double base);
+  std::mutex rope_mutex_;
+  std::shared_ptr<const RopeTable> rope_table_;
 
   cpu::RowThreads& threads_;                 // shared by every CpuBackend (cpu_backend.cpp)
   std::unique_ptr<RawAllocator> blocks_;     // malloc and free (before cache_: destroyed after it)

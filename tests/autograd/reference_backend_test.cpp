@@ -204,6 +204,33 @@ TEST_P(CpuVsReference, RopeForwardAndInverse) {
   }
 }
 
+// The CPU backend keeps the table of cosines and sines of the last geometry it rotated by: each
+// call below differs from the one before in one thing alone (the same geometry again, the first
+// position, the base, d, the positions), and each must rotate by its own angles, never by the kept
+// table of another geometry.
+TEST_P(CpuVsReference, RopeTableFollowsEachGeometry) {
+  struct Case {
+    Shape shape;  // [s, b, d]: positions along dim 0
+    std::int64_t first_position;
+    double base;
+  };
+  for (const Case& c :
+       {Case{{6, 2, 8}, 0, 10000.0}, Case{{6, 2, 8}, 0, 10000.0}, Case{{6, 2, 8}, 3, 10000.0},
+        Case{{6, 2, 8}, 3, 500.0}, Case{{6, 2, 10}, 3, 500.0}, Case{{7, 2, 10}, 3, 500.0},
+        Case{{6, 2, 8}, 0, 10000.0}}) {
+    expect_match(
+        [c](Backend& be, Context& ctx, DType dt) {
+          const Tensor x = test_input(ctx, c.shape, dt, 1);
+          Tensor y = Tensor::empty(ctx, c.shape, dt), dx = Tensor::empty(ctx, c.shape, dt);
+          be.rope_forward(x, 0, c.first_position, c.base, false, y);
+          be.rope_forward(x, 0, c.first_position, c.base, true, dx);
+          return NamedTensors{{"y", y}, {"inverse", dx}};
+        },
+        "rope " + c.shape.str() + " first position " + std::to_string(c.first_position) + " base " +
+            std::to_string(c.base));
+  }
+}
+
 // Dropout on a shard of a global tensor (or the whole one); the masks must be equal bit for bit.
 OpCase dropout_case(Shape local, Shape global, std::vector<std::int64_t> offset, double p,
                     bool causal = false) {
