@@ -164,8 +164,6 @@ void CpuBackend::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) 
   });
 }
 
-// Each thread a range of rows of d, each row at one position, rotating its d/2 pairs
-// (x[i], x[i + d/2]).
 std::shared_ptr<const CpuBackend::RopeTable> CpuBackend::rope_table(std::int64_t positions,
                                                                     std::int64_t first_position,
                                                                     std::int64_t d, double base) {
@@ -211,6 +209,8 @@ std::shared_ptr<const CpuBackend::RopeTable> CpuBackend::rope_table(std::int64_t
   return table;
 }
 
+// Each thread a range of rows of d, each row at one position, rotating its d/2 pairs
+// (x[i], x[i + d/2]).
 void CpuBackend::rope_forward(const Tensor& x, int seq_dim, std::int64_t first_position,
                               double base, bool inverse, Tensor& y) {
   const kernels::RopeGeometry g =
