@@ -1,9 +1,8 @@
 // FlatIdMap: a hash map from 64-bit ids to values in one array (open addressing, linear probing),
 // for LiveBytes' map of live storages (the ledger's and the trace recorder's): an insert and an
 // erase per allocation and free, which in std::unordered_map each made or freed a node and
-// followed a pointer to it. Ids are
-// hashed by a multiply (Fibonacci hashing); the array stays at most half full; an erase shifts
-// the entries after it back, so no slot is ever a tombstone.
+// followed a pointer to it. Ids are hashed by a multiply (Fibonacci hashing); the array stays at
+// most half full; an erase shifts the entries after it back, so no slot is ever a tombstone.
 #pragma once
 
 #include <cstddef>

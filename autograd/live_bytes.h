@@ -125,12 +125,11 @@ class LiveBytes {
     entries_.for_each([&](std::uint64_t, const Entry& entry) { f(entry); });
   }
 
+ private:
   static MemoryCategory saved_category(SaveRole role) {
     return role == SaveRole::activation ? MemoryCategory::saved_activation
                                         : MemoryCategory::saved_extra;
   }
-
- private:
   // Storage ids count per Context; the rank in the high bits keeps several ranks apart.
   static std::uint64_t key_of(const Site& site, std::uint64_t storage_id) {
     return (static_cast<std::uint64_t>(site.rank) << 48) ^ storage_id;
