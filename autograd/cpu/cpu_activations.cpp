@@ -171,7 +171,7 @@ std::shared_ptr<const CpuBackend::RopeTable> CpuBackend::rope_table(std::int64_t
   {
     std::lock_guard<std::mutex> lock(rope_mutex_);
     const RopeTable* t = rope_table_.get();
-    if (t && t->positions == positions && t->first_position == first_position && t->half == half &&
+    if (t && t->positions == positions && t->first_position == first_position && t->d == d &&
         t->base == base) {
       return rope_table_;
     }
@@ -179,7 +179,7 @@ std::shared_ptr<const CpuBackend::RopeTable> CpuBackend::rope_table(std::int64_t
   auto table = std::make_shared<RopeTable>();
   table->positions = positions;
   table->first_position = first_position;
-  table->half = half;
+  table->d = d;
   table->base = base;
   const auto entries = static_cast<std::size_t>(positions * half);
   table->cos.resize(entries);

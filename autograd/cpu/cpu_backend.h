@@ -123,7 +123,7 @@ class CpuBackend final : public Backend {
   // same one, which cost a cosine and a sine (some 40 ns) an entry to compute. The sines are
   // kept as sin(angle); a backward's rotation by -angle negates them as it reads them (exact).
   struct RopeTable {
-    std::int64_t positions = 0, first_position = 0, half = 0;
+    std::int64_t positions = 0, first_position = 0, d = 0;  // the key, with base (d/2 pairs)
     double base = 0;
     std::vector<double> cos, sin;         // [position - first_position][pair]
     std::vector<float> cos_f32, sin_f32;  // the same, rounded to f32 (for bf16 and f16 rows)
