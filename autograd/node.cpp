@@ -68,6 +68,7 @@ SaveEvent Node::save_event(const Tensor& t, SaveRole role, Phase phase) const {
   e.site = site(phase);
   e.storage_id = t.storage()->id();
   e.bytes = t.storage()->bytes();
+  e.data = t.storage()->data();
   e.role = role;
   e.storage_category = t.storage()->category();
   return e;

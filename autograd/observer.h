@@ -88,6 +88,9 @@ struct SaveEvent {
   Site site;  // the op that saved (or whose backward released) the tensor
   std::uint64_t storage_id = 0;
   std::size_t bytes = 0;
+  // Where the storage's bytes are (device memory on a device): a replay of the step's ops in the
+  // step's own memory (bench/layer_bench) reads what a backward released where the step had it.
+  const void* data = nullptr;
   SaveRole role = SaveRole::activation;
   MemoryCategory storage_category = MemoryCategory::activation;
 };

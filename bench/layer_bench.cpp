@@ -26,14 +26,17 @@
 //                              timed inside it by their ops' begins and ends; medians over the
 //                              iterations) and step_over_gemm, in_step (products_ms / gemm),
 //                              apart ((gemm + traffic) / gemm), floor_over_gemm (medians of each
-//                              iteration's own ratios); then the GEMMs and the floor again in
-//                              the step's own memory (each product's operands where the step had
-//                              them, in buffers of the regions they span: GemmMemory::steps):
-//                              own_ms, own_over_gemm and own_floor_over_gemm, with the bytes
-//                              each replay runs on (gemm_MB, own_MB), so that what the step's
-//                              products lose to its footprint (the activations backward keeps,
-//                              beyond the caches) is told from the rest; bench/layer_vs_torch.sh
-//                              reports these;
+//                              iteration's own ratios); then in the step's own memory (each
+//                              address the step's products and other ops reached at its offset
+//                              in a buffer of its region: StepMemory) the GEMMs alone, the floor,
+//                              and the floor with the other ops' copies there too, each reading
+//                              what its op read and writing what it wrote, where the step had
+//                              them (OpCopyRunner): own_ms, own_over_gemm, own_floor_over_gemm,
+//                              mem_floor_ms and mem_floor_over_gemm, with the bytes each replay
+//                              runs on or moves (gemm_MB, own_MB; traffic_MB, mem_MB), so that
+//                              what the step loses to its footprint (the activations backward
+//                              keeps, beyond the caches) is told from the rest;
+//                              bench/layer_vs_torch.sh reports these;
 //   BM_LayerKernel/NAME/s/b/h/a/g  one of the layer's element and row kernels (its norm, softmax,
 //                              dropouts, MLP activation, the heads' split and merge; a copy for
 //                              the machine's rate) called back to back on tensors of its own,
@@ -167,43 +170,43 @@ class GemmLog : public Observer {
   std::vector<GemmCall> calls;
 };
 
-// Which memory a replay of a step's GEMMs runs on: one buffer per operand (A, B, C) as large as
-// the largest, shared by every call (each product's operands in the cache the last one left:
-// the GEMM-only bound); or the step's own, each call's operands at their offsets in buffers of the
-// step's regions (OperandRegions), as many bytes as the step's products reached, shared where
-// the step's were.
-enum class GemmMemory { shared, steps };
+// The step's own memory: one buffer per region of the addresses its products and its other ops
+// reached (OperandRegions), each as large as its region, zeroed, so that a replay at an address's
+// offset in its region's buffer meets what the step met there: as many bytes, shared where the
+// step's were. (A GEMM's and a copy's time do not depend on the values, which stay zero.)
+class StepMemory {
+ public:
+  StepMemory(Context& ctx, const std::vector<bench::AddressSpan>& spans) : regions_(spans) {
+    for (std::size_t r = 0; r < regions_.count(); ++r) {
+      buffers_.push_back(Tensor::zeros(
+          ctx, Shape{static_cast<std::int64_t>(std::max<std::size_t>(regions_.bytes(r), 1))},
+          DType::u8));
+    }
+  }
+  // The region buffer that holds the step's `address`, and the address's offset there.
+  std::pair<Tensor*, std::int64_t> locate(std::uintptr_t address) {
+    const auto [region, offset] = regions_.locate(address);
+    return {&buffers_[region], static_cast<std::int64_t>(offset)};
+  }
+  void* at(std::uintptr_t address) {
+    const auto [buffer, offset] = locate(address);
+    return static_cast<unsigned char*>(buffer->raw_data()) + offset;
+  }
+  std::size_t bytes() const { return regions_.total_bytes(); }
+
+ private:
+  bench::OperandRegions regions_;
+  std::vector<Tensor> buffers_;  // one per region, u8
+};
 
 // Runs recorded GEMMs again, with their descriptors and dtypes, on zeros (a GEMM's time does not
-// depend on its values), in the memory `memory` says.
+// depend on its values): on one buffer per operand (A, B, C) as large as the largest, shared by
+// every call (each product's operands in the cache the last one left: the GEMM-only bound); or
+// in the step's own memory, each call's operands at their offsets in its regions.
 class GemmRunner {
  public:
-  GemmRunner(Context& ctx, const std::vector<GemmCall>& calls, DType dtype,
-             GemmMemory memory = GemmMemory::shared)
+  GemmRunner(Context& ctx, const std::vector<GemmCall>& calls, DType dtype)
       : backend_(ctx.backend()), calls_(calls), dtype_(dtype) {
-    if (memory == GemmMemory::steps) {
-      std::vector<bench::AddressSpan> spans;
-      for (const GemmCall& call : calls) {
-        const std::array<std::uintptr_t, 3> bytes = call.bytes();
-        for (std::size_t o = 0; o < 3; ++o) spans.push_back({call.at[o], call.at[o] + bytes[o]});
-      }
-      const bench::OperandRegions regions(spans);
-      bytes_ = regions.total_bytes();
-      for (std::size_t r = 0; r < regions.count(); ++r) {
-        buffers_.push_back(Tensor::zeros(
-            ctx, Shape{static_cast<std::int64_t>(std::max<std::size_t>(regions.bytes(r), 1))},
-            DType::u8));
-      }
-      for (const GemmCall& call : calls) {
-        std::array<void*, 3> operands{};
-        for (std::size_t o = 0; o < 3; ++o) {
-          const auto [region, offset] = regions.locate(call.at[o]);
-          operands[o] = static_cast<unsigned char*>(buffers_[region].raw_data()) + offset;
-        }
-        operands_.push_back(operands);
-      }
-      return;
-    }
     std::int64_t most[3] = {1, 1, 1};  // elements of the largest A, B and C
     for (const GemmCall& call : calls) {
       most[0] = std::max(most[0], call.desc.elements_a());
@@ -216,6 +219,12 @@ class GemmRunner {
     }
     operands_.assign(calls.size(),
                      {buffers_[0].raw_data(), buffers_[1].raw_data(), buffers_[2].raw_data()});
+  }
+  GemmRunner(Context& ctx, const std::vector<GemmCall>& calls, DType dtype, StepMemory& memory)
+      : backend_(ctx.backend()), calls_(calls), dtype_(dtype), bytes_(memory.bytes()) {
+    for (const GemmCall& call : calls) {
+      operands_.push_back({memory.at(call.at[0]), memory.at(call.at[1]), memory.at(call.at[2])});
+    }
   }
   // The bytes of the memory the products run on.
   std::size_t bytes() const { return bytes_; }
@@ -240,9 +249,9 @@ class GemmRunner {
   Backend& backend_;
   const std::vector<GemmCall>& calls_;
   DType dtype_;
-  std::vector<Tensor> buffers_;
-  std::vector<std::array<void*, 3>> operands_;  // each call's A, B and C in buffers_
-  std::size_t bytes_ = 0;                       // of the buffers
+  std::vector<Tensor> buffers_;                 // shared: A, B and C
+  std::vector<std::array<void*, 3>> operands_;  // each call's A, B and C
+  std::size_t bytes_ = 0;                       // of the memory they run on
 };
 
 // The step's GEMMs alone: one BM_LayerStep step is recorded (Observer::on_gemm), then each
@@ -273,8 +282,10 @@ class OpTraffic : public Observer {
   static bool is_product(std::string_view op) {
     return op == "matmul" || op == "causal_matmul" || op == "gather_matmul";
   }
+  // The ops whose bytes the models move: all but the products and the views.
+  static bool moves_bytes(std::string_view op) { return !is_product(op) && op != "reshape"; }
   void on_op_begin(const OpEvent& e) override {
-    moving_ = !is_product(e.site.op) && e.site.op != "reshape";
+    moving_ = moves_bytes(e.site.op);
     if (moving_) bytes_ = tensor_bytes(e.input_tensors);
   }
   void on_op_end(const OpEvent& e) override {
@@ -337,6 +348,122 @@ class CopyRunner {
   double total_ = 0;
 };
 
+// Where each op of a step other than its products read and wrote, op by op in OpTraffic's order:
+// its events' tensors (a forward op's inputs and outputs, a backward node's gradients in and out),
+// what a forward op saved that is neither (dropout's mask, a norm's statistics: written by it),
+// and what a backward node released (what its forward saved: read by it). The engine's sums of
+// gradients between nodes are in no op, and are left out, as OpTraffic leaves them.
+class OpSpans : public Observer {
+ public:
+  struct Op {
+    std::vector<bench::AddressSpan> reads, writes;
+  };
+  void on_op_begin(const OpEvent& e) override {
+    moving_ = OpTraffic::moves_bytes(e.site.op);
+    if (!moving_) return;
+    op_ = Op{};
+    add(e.input_tensors, op_.reads);
+    saved_.clear();
+  }
+  void on_save(const SaveEvent& e) override {
+    if (moving_) saved_.push_back(span(e.data, e.bytes));
+  }
+  void on_release(const SaveEvent& e) override {
+    if (moving_) op_.reads.push_back(span(e.data, e.bytes));
+  }
+  void on_op_end(const OpEvent& e) override {
+    if (!moving_) return;
+    add(e.output_tensors, op_.writes);
+    for (const bench::AddressSpan& s : saved_) {
+      if (!within(s, op_.reads) && !within(s, op_.writes)) op_.writes.push_back(s);
+    }
+    ops.push_back(std::move(op_));
+    moving_ = false;
+  }
+  std::vector<Op> ops;  // in order
+
+ private:
+  static bench::AddressSpan span(const void* data, std::size_t bytes) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    return {begin, begin + bytes};
+  }
+  static void add(const std::vector<Tensor>* tensors, std::vector<bench::AddressSpan>& to) {
+    if (!tensors) return;
+    for (const Tensor& t : *tensors) {
+      if (t.defined() && t.bytes() > 0) to.push_back(span(t.raw_data(), t.bytes()));
+    }
+  }
+  // Whether s overlaps one of `spans` (a saved input or output: already counted).
+  static bool within(const bench::AddressSpan& s, const std::vector<bench::AddressSpan>& spans) {
+    return std::any_of(spans.begin(), spans.end(), [&](const bench::AddressSpan& o) {
+      return s.begin < o.end && o.begin < s.end;
+    });
+  }
+  bool moving_ = false;
+  Op op_;
+  std::vector<bench::AddressSpan> saved_;  // by the forward op running
+};
+
+// OpSpans' ops as copies in the step's own memory (bench::stream_copies: what each read copied
+// to what it wrote, at their offsets in the regions, and the longer side's rest to or from a
+// scratch of kScratchBytes that stays in cache), with the backend's threaded copy. A piece from a
+// region onto itself that overlaps is left out: an op that hands its gradient on as it is (an
+// add's backward) moves nothing.
+class OpCopyRunner {
+ public:
+  static constexpr std::size_t kScratchBytes = std::size_t{2} << 20;
+  OpCopyRunner(const OpCopyRunner&) = delete;  // its pieces point at its scratch
+  OpCopyRunner& operator=(const OpCopyRunner&) = delete;
+  OpCopyRunner(Context& ctx, const std::vector<OpSpans::Op>& ops, StepMemory& memory)
+      : backend_(ctx.backend()),
+        scratch_(Tensor::zeros(ctx, Shape{static_cast<std::int64_t>(kScratchBytes)}, DType::u8)) {
+    for (const OpSpans::Op& op : ops) {
+      std::vector<Piece> pieces;
+      for (const bench::CopyPiece& p : bench::stream_copies(op.reads, op.writes, kScratchBytes)) {
+        const auto [from, from_offset] =
+            p.from_scratch ? std::make_pair(&scratch_, std::int64_t{0}) : memory.locate(p.from);
+        const auto [to, to_offset] =
+            p.to_scratch ? std::make_pair(&scratch_, std::int64_t{0}) : memory.locate(p.to);
+        const auto n = static_cast<std::int64_t>(p.bytes);
+        if (from == to && from_offset < to_offset + n && to_offset < from_offset + n) continue;
+        pieces.push_back({from, from_offset, to, to_offset, n});
+        bytes_ += 2 * static_cast<double>(p.bytes);
+      }
+      ops_.push_back(std::move(pieces));
+    }
+  }
+  void run(std::size_t i) const {
+    for (const Piece& p : ops_[i]) {
+      backend_.copy_slice(*p.from, 0, p.from_offset, *p.to, p.to_offset, p.bytes);
+    }
+  }
+  // Reads a byte of the last piece's destination on the host: waits for the device, no more.
+  void wait() const {
+    for (auto op = ops_.rbegin(); op != ops_.rend(); ++op) {
+      if (op->empty()) continue;
+      unsigned char last = 0;
+      const Piece& p = op->back();
+      backend_.copy_to_host(&last, static_cast<unsigned char*>(p.to->raw_data()) + p.to_offset, 1);
+      benchmark::DoNotOptimize(last);
+      return;
+    }
+  }
+  double total_bytes() const { return bytes_; }  // read and written, a step
+
+ private:
+  struct Piece {
+    Tensor* from;
+    std::int64_t from_offset;
+    Tensor* to;
+    std::int64_t to_offset;
+    std::int64_t bytes;
+  };
+  Backend& backend_;
+  Tensor scratch_;
+  std::vector<std::vector<Piece>> ops_;
+  double bytes_ = 0;
+};
+
 // A step's GEMMs (GemmLog) and other ops' traffic (OpTraffic), and their order: (true, i) for
 // gemms.calls[i], (false, i) for traffic.moves[i].
 class StepOrder : public Observer {
@@ -345,14 +472,22 @@ class StepOrder : public Observer {
     gemms.on_gemm(e);
     steps.emplace_back(true, gemms.calls.size() - 1);
   }
-  void on_op_begin(const OpEvent& e) override { traffic.on_op_begin(e); }
+  void on_op_begin(const OpEvent& e) override {
+    traffic.on_op_begin(e);
+    spans.on_op_begin(e);
+  }
+  void on_save(const SaveEvent& e) override { spans.on_save(e); }
+  void on_release(const SaveEvent& e) override { spans.on_release(e); }
   void on_op_end(const OpEvent& e) override {
     const std::size_t before = traffic.moves.size();
     traffic.on_op_end(e);
+    spans.on_op_end(e);
     if (traffic.moves.size() > before) steps.emplace_back(false, before);
   }
-  // The recorded products and copies in the step's order (BM_LayerFloor's iteration).
-  void run_floor(const GemmRunner& gemm_runner, const CopyRunner& copy_runner) const {
+  // The recorded products and copies in the step's order (BM_LayerFloor's iteration); Copies is
+  // CopyRunner or OpCopyRunner.
+  template <class Copies>
+  void run_floor(const GemmRunner& gemm_runner, const Copies& copy_runner) const {
     for (const auto& [is_gemm, i] : steps) {
       if (is_gemm) {
         gemm_runner.run(i);
@@ -362,8 +497,22 @@ class StepOrder : public Observer {
     }
     gemm_runner.wait();
   }
+  // Every address span the step's products and other ops reached: StepMemory's.
+  std::vector<bench::AddressSpan> all_spans() const {
+    std::vector<bench::AddressSpan> all;
+    for (const GemmCall& call : gemms.calls) {
+      const std::array<std::uintptr_t, 3> bytes = call.bytes();
+      for (std::size_t o = 0; o < 3; ++o) all.push_back({call.at[o], call.at[o] + bytes[o]});
+    }
+    for (const OpSpans::Op& op : spans.ops) {
+      all.insert(all.end(), op.reads.begin(), op.reads.end());
+      all.insert(all.end(), op.writes.begin(), op.writes.end());
+    }
+    return all;
+  }
   GemmLog gemms;
   OpTraffic traffic;
+  OpSpans spans;
   std::vector<std::pair<bool, std::size_t>> steps;
 };
 
@@ -429,19 +578,24 @@ double wall_ms(F&& f) {
 }
 
 // BM_LayerStep, BM_LayerGemms, BM_LayerTraffic and BM_LayerFloor in turn, each iteration, on one
-// layer, then the products and the floor again in the step's memory (GemmMemory::steps): its first
-// step (untimed) records the products and the other ops' traffic that the models run again. Each
-// ratio is taken within an iteration, then the median over them.
+// layer, then in the step's own memory (StepMemory) the products alone, the floor (the products
+// with BM_LayerTraffic's copies), and the floor with the other ops' copies there too
+// (OpCopyRunner). The layer's second step (untimed, as the timed ones after it: its products add
+// into the weights' gradients the first made) records the products and the other ops that the
+// models run again. Each ratio is taken within an iteration, then the median over them.
 void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) {
   const LayerConfig c = layer_config(state, choice);
   SteppedLayer stepped(c, device);
+  stepped.step();
   StepOrder order;
   stepped.step_watched(order);
+  StepMemory memory(stepped.ctx, order.all_spans());
   const GemmRunner gemms(stepped.ctx, order.gemms.calls, c.dtype);
-  const GemmRunner own_gemms(stepped.ctx, order.gemms.calls, c.dtype, GemmMemory::steps);
+  const GemmRunner own_gemms(stepped.ctx, order.gemms.calls, c.dtype, memory);
   const CopyRunner copies(stepped.ctx, order.traffic.moves);
+  const OpCopyRunner own_copies(stepped.ctx, order.spans.ops, memory);
   struct Times {
-    double step, products, gemm, traffic, floor, own, own_floor;
+    double step, products, gemm, traffic, floor, own, own_floor, mem_floor;
   };
   auto run_each = [&] {
     Times t{};
@@ -456,13 +610,14 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
     t.floor = wall_ms([&] { order.run_floor(gemms, copies); });
     t.own = wall_ms([&] { own_gemms.run_all(); });
     t.own_floor = wall_ms([&] { order.run_floor(own_gemms, copies); });
+    t.mem_floor = wall_ms([&] { order.run_floor(own_gemms, own_copies); });
     return t;
   };
   // Untimed: the runners took memory the first step had left in the backend's cache, so the next
   // step maps new pages (at s=256, h=512 that step took 15 to 30% longer than the ones after it).
   run_each();
   std::vector<double> step_ms, gemm_ms, traffic_ms, floor_ms, over_gemm, apart, floor_over,
-      products_ms, in_step, own_ms, own_over, own_floor_over;
+      products_ms, in_step, own_ms, own_over, own_floor_over, mem_floor_ms, mem_floor_over;
   for (auto _ : state) {
     const Times t = run_each();
     step_ms.push_back(t.step);
@@ -477,6 +632,8 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
     own_ms.push_back(t.own);
     own_over.push_back(t.own / t.gemm);
     own_floor_over.push_back(t.own_floor / t.gemm);
+    mem_floor_ms.push_back(t.mem_floor);
+    mem_floor_over.push_back(t.mem_floor / t.gemm);
   }
   state.counters["step_ms"] = median(step_ms);
   state.counters["gemm_ms"] = median(gemm_ms);
@@ -490,8 +647,12 @@ void BM_LayerPaired(benchmark::State& state, Device device, LayerChoice choice) 
   state.counters["own_ms"] = median(own_ms);
   state.counters["own_over_gemm"] = median(own_over);
   state.counters["own_floor_over_gemm"] = median(own_floor_over);
+  state.counters["mem_floor_ms"] = median(mem_floor_ms);
+  state.counters["mem_floor_over_gemm"] = median(mem_floor_over);
   state.counters["gemm_MB"] = static_cast<double>(gemms.bytes()) / 1e6;
-  state.counters["own_MB"] = static_cast<double>(own_gemms.bytes()) / 1e6;
+  state.counters["own_MB"] = static_cast<double>(memory.bytes()) / 1e6;
+  state.counters["traffic_MB"] = copies.total_bytes() / 1e6;
+  state.counters["mem_MB"] = own_copies.total_bytes() / 1e6;
 }
 
 // One of LayerKernels' kernels, by name: its time per call, its bytes (MB) and the rate they make

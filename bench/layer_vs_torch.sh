@@ -12,8 +12,11 @@
 # meeting the cache the other left) / gemm-only: the least step/gemm a step that runs op by op can
 # reach on this machine; then own = the same GEMMs alone in the step's own memory (each product's
 # operands where the step had them: as many bytes, shared where the step shared them) / gemm-only,
-# what the products lose to the step's footprint, and own floor = the floor in that memory /
-# gemm-only. Ratios are medians of each iteration's own. Without PyTorch (Debian:
+# what the products lose to the step's footprint, own floor = the floor in that memory /
+# gemm-only, and mem floor = that floor with the other ops' copies in the step's memory too (each
+# reading what its op read and writing what it wrote, where the step had them) / gemm-only: the
+# least step/gemm an op-by-op step can reach with its own footprint. Ratios are medians of each
+# iteration's own. Without PyTorch (Debian:
 # python3-torch) the PyTorch column says so.
 #   bash bench/layer_vs_torch.sh [BUILD_DIR [THREADS]]    (build/default; THREADS: nproc)
 #   bash bench/layer_vs_torch.sh --table DIR               the table of the results kept in DIR
@@ -44,8 +47,9 @@ for path in glob.glob(f"{out}/shardscope-*.json"):
             continue
         if run["name"].startswith("BM_LayerPaired/"):
             for k in ("gemm_ms", "step_over_gemm", "in_step", "traffic_ms", "apart",
-                      "floor_over_gemm", "own_over_gemm", "own_floor_over_gemm"):
-                if k in run:  # in_step: from 2026-11-27 on; own*: from 2026-11-28 on
+                      "floor_over_gemm", "own_over_gemm", "own_floor_over_gemm",
+                      "mem_floor_over_gemm"):
+                if k in run:  # in_step: from 2026-11-27 on; own*: 2026-11-28; mem*: 11-29
                     paired[cell][k].append(run[k])
         else:
             scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[run["time_unit"]]
@@ -56,7 +60,8 @@ if os.path.exists(f"{out}/torch.txt"):
         torch[cell] += [float(t) for t in times]
 print(f"{'model':<6} {'p':<4} {'dtype':<5} {'s,b,h,a,g':<18} {'shardscope ms/step':>19} "
       f"{'torch ms/step':>14} {'ratio':>6} {'gemm-only ms':>13} {'step/gemm':>10} {'in step':>8} "
-      f"{'traffic ms':>11} {'apart':>6} {'floor':>6} {'own':>5} {'own floor':>9}  steps")
+      f"{'traffic ms':>11} {'apart':>6} {'floor':>6} {'own':>5} {'own floor':>9} {'mem floor':>9}  "
+      "steps")
 order = lambda cell: (*cell.split(",")[:3], int(cell.split(",")[3]))
 fmt = lambda v, spec: "-" if v is None else format(v, spec)
 for cell in sorted(ours, key=order):
@@ -70,7 +75,8 @@ for cell in sorted(ours, key=order):
           f"{fmt(m.get('in_step'), '.2f'):>8} "
           f"{fmt(m.get('traffic_ms'), '.1f'):>11} {fmt(m.get('apart'), '.2f'):>6} "
           f"{fmt(m.get('floor_over_gemm'), '.2f'):>6} {fmt(m.get('own_over_gemm'), '.2f'):>5} "
-          f"{fmt(m.get('own_floor_over_gemm'), '.2f'):>9}  "
+          f"{fmt(m.get('own_floor_over_gemm'), '.2f'):>9} "
+          f"{fmt(m.get('mem_floor_over_gemm'), '.2f'):>9}  "
           f"{len(ours[cell])}{'' if t is None else f' + {len(torch[cell])}'}")
 EOF
 }

@@ -4,7 +4,9 @@
 // a weight read forward and backward, the pieces of a causal product inside one tensor) merge into
 // one region. A replay that gives each region a buffer of its size and each operand its offset
 // there touches as many bytes as the step's products, with the same operands shared, where a
-// replay on one buffer per operand kind keeps every product's operands in cache.
+// replay on one buffer per operand kind keeps every product's operands in cache. An op other
+// than a product moves its bytes in the replay as copies from what it read to what it wrote
+// (stream_copies), at the same offsets in the same regions.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +23,89 @@ struct AddressSpan {
   std::uintptr_t begin = 0;
   std::uintptr_t end = 0;  // one past the last byte
 };
+
+// A copy of `bytes` bytes from address `from` to address `to`; where from_scratch (to_scratch)
+// is set the copy reads (writes) the first bytes of a scratch buffer instead, and `from` (`to`)
+// is 0.
+struct CopyPiece {
+  std::uintptr_t from = 0;
+  std::uintptr_t to = 0;
+  std::size_t bytes = 0;
+  bool from_scratch = false;
+  bool to_scratch = false;
+};
+
+// The copies that move an op's bytes where the op had them, each byte read and each written
+// once: the spans it read, in order, as one stream of R bytes, the spans it wrote as one of W
+// bytes; the first min(R, W) bytes of each copied from the one to the other (cut where a span
+// ends), then the rest of the longer stream to a scratch buffer (more read than written: a norm's
+// backward) or from it (more written: a dropout's mask), in pieces of at most `scratch_bytes`
+// (a scratch that small stays in cache: its side costs little). A copy of n bytes reads n and
+// writes n, so these move 2 max(R, W) bytes against the op's R + W. Spans with end < begin, and a
+// scratch of 0 bytes, are errors.
+inline std::vector<CopyPiece> stream_copies(const std::vector<AddressSpan>& reads,
+                                            const std::vector<AddressSpan>& writes,
+                                            std::size_t scratch_bytes) {
+  if (scratch_bytes == 0) throw std::invalid_argument("stream_copies: a scratch of 0 bytes");
+  auto total = [](const std::vector<AddressSpan>& spans, const char* which) {
+    std::size_t n = 0;
+    for (const AddressSpan& s : spans) {
+      if (s.end < s.begin) {
+        throw std::invalid_argument(std::string("stream_copies: a span of the ") + which +
+                                    " ends (" + std::to_string(s.end) + ") before it begins (" +
+                                    std::to_string(s.begin) + ")");
+      }
+      n += s.end - s.begin;
+    }
+    return n;
+  };
+  const std::size_t read_bytes = total(reads, "reads"), write_bytes = total(writes, "writes");
+  // A place in a stream: its span and the offset there; `next` moves past spans left behind
+  // (ended or empty). Only called while the stream has bytes left.
+  struct Place {
+    const std::vector<AddressSpan>& spans;
+    std::size_t span = 0, offset = 0;
+    std::size_t left() const { return spans[span].end - spans[span].begin - offset; }
+    std::uintptr_t address() const { return spans[span].begin + offset; }
+    void next() {
+      while (left() == 0) {
+        ++span;
+        offset = 0;
+      }
+    }
+  };
+  Place from{reads}, to{writes};
+  std::vector<CopyPiece> pieces;
+  const std::size_t paired = std::min(read_bytes, write_bytes);
+  const std::size_t n = std::max(read_bytes, write_bytes);
+  for (std::size_t done = 0; done < n;) {
+    CopyPiece piece;
+    std::size_t k = n - done;
+    if (done < paired) {
+      from.next();
+      to.next();
+      k = std::min(from.left(), to.left());  // the shorter stream ends at `paired`
+      piece.from = from.address();
+      piece.to = to.address();
+    } else if (read_bytes > write_bytes) {
+      from.next();
+      k = std::min({from.left(), scratch_bytes, k});
+      piece.from = from.address();
+      piece.to_scratch = true;
+    } else {
+      to.next();
+      k = std::min({to.left(), scratch_bytes, k});
+      piece.to = to.address();
+      piece.from_scratch = true;
+    }
+    piece.bytes = k;
+    pieces.push_back(piece);
+    if (!piece.from_scratch) from.offset += k;
+    if (!piece.to_scratch) to.offset += k;
+    done += k;
+  }
+  return pieces;
+}
 
 class OperandRegions {
  public:
