@@ -173,20 +173,25 @@ class GemmLog : public Observer {
 // The step's own memory: one buffer per region of the addresses its products and its other ops
 // reached (OperandRegions), each as large as its region, zeroed, so that a replay at an address's
 // offset in its region's buffer meets what the step met there: as many bytes, shared where the
-// step's were. (A GEMM's and a copy's time do not depend on the values, which stay zero.)
+// step's were, and each at the step's offset within a 4 KiB page (so in the same cache sets and
+// cache lines). (A GEMM's and a copy's time do not depend on the values, which stay zero.)
 class StepMemory {
  public:
+  static constexpr std::size_t kPage = 4096;
   StepMemory(Context& ctx, const std::vector<bench::AddressSpan>& spans) : regions_(spans) {
     for (std::size_t r = 0; r < regions_.count(); ++r) {
-      buffers_.push_back(Tensor::zeros(
-          ctx, Shape{static_cast<std::int64_t>(std::max<std::size_t>(regions_.bytes(r), 1))},
-          DType::u8));
+      Tensor buffer = Tensor::zeros(
+          ctx, Shape{static_cast<std::int64_t>(regions_.bytes(r) + kPage)}, DType::u8);
+      const auto from = reinterpret_cast<std::uintptr_t>(buffer.raw_data());
+      const std::uintptr_t step_start = regions_.start(r);
+      starts_.push_back(static_cast<std::int64_t>((step_start - from) % kPage));
+      buffers_.push_back(std::move(buffer));
     }
   }
   // The region buffer that holds the step's `address`, and the address's offset there.
   std::pair<Tensor*, std::int64_t> locate(std::uintptr_t address) {
     const auto [region, offset] = regions_.locate(address);
-    return {&buffers_[region], static_cast<std::int64_t>(offset)};
+    return {&buffers_[region], starts_[region] + static_cast<std::int64_t>(offset)};
   }
   void* at(std::uintptr_t address) {
     const auto [buffer, offset] = locate(address);
@@ -196,7 +201,8 @@ class StepMemory {
 
  private:
   bench::OperandRegions regions_;
-  std::vector<Tensor> buffers_;  // one per region, u8
+  std::vector<Tensor> buffers_;       // one per region, u8, a page longer than it
+  std::vector<std::int64_t> starts_;  // where each region starts in its buffer
 };
 
 // Runs recorded GEMMs again, with their descriptors and dtypes, on zeros (a GEMM's time does not

@@ -132,6 +132,7 @@ class OperandRegions {
   }
 
   std::size_t count() const { return regions_.size(); }
+  std::uintptr_t start(std::size_t region) const { return regions_.at(region).begin; }
   std::size_t bytes(std::size_t region) const {
     return regions_.at(region).end - regions_.at(region).begin;
   }

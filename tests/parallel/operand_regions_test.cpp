@@ -27,6 +27,8 @@ TEST(OperandRegions, OverlappingSpansShareARegionAndTouchingOnesDoNot) {
   EXPECT_EQ(r.bytes(1), 100u);   // [2600, 2700)
   EXPECT_EQ(r.bytes(2), 400u);   // [5000, 5400)
   EXPECT_EQ(r.total_bytes(), 2100u);
+  EXPECT_EQ(r.start(0), 1000u);
+  EXPECT_EQ(r.start(2), 5000u);
   EXPECT_EQ(r.locate(1000), std::make_pair(std::size_t{0}, std::size_t{0}));
   EXPECT_EQ(r.locate(1550), std::make_pair(std::size_t{0}, std::size_t{550}));
   EXPECT_EQ(r.locate(2599), std::make_pair(std::size_t{0}, std::size_t{1599}));
