@@ -24,6 +24,16 @@ struct AddressSpan {
   std::uintptr_t end = 0;  // one past the last byte
 };
 
+// The bytes of s; a span that ends before it begins is an error, `who` ("OperandRegions: a span")
+// naming it.
+inline std::size_t span_bytes(const AddressSpan& s, const std::string& who) {
+  if (s.end < s.begin) {
+    throw std::invalid_argument(who + " ends (" + std::to_string(s.end) + ") before it begins (" +
+                                std::to_string(s.begin) + ")");
+  }
+  return s.end - s.begin;
+}
+
 // A copy of `bytes` bytes from address `from` to address `to`; where from_scratch (to_scratch)
 // is set the copy reads (writes) the first bytes of a scratch buffer instead, and `from` (`to`)
 // is 0.
@@ -50,12 +60,7 @@ inline std::vector<CopyPiece> stream_copies(const std::vector<AddressSpan>& read
   auto total = [](const std::vector<AddressSpan>& spans, const char* which) {
     std::size_t n = 0;
     for (const AddressSpan& s : spans) {
-      if (s.end < s.begin) {
-        throw std::invalid_argument(std::string("stream_copies: a span of the ") + which +
-                                    " ends (" + std::to_string(s.end) + ") before it begins (" +
-                                    std::to_string(s.begin) + ")");
-      }
-      n += s.end - s.begin;
+      n += span_bytes(s, std::string("stream_copies: a span of the ") + which);
     }
     return n;
   };
@@ -111,12 +116,7 @@ class OperandRegions {
  public:
   // Empty spans (begin == end) take no region; a span with end < begin is an error.
   explicit OperandRegions(std::vector<AddressSpan> spans) {
-    for (const AddressSpan& s : spans) {
-      if (s.end < s.begin) {
-        throw std::invalid_argument("OperandRegions: a span ends (" + std::to_string(s.end) +
-                                    ") before it begins (" + std::to_string(s.begin) + ")");
-      }
-    }
+    for (const AddressSpan& s : spans) span_bytes(s, "OperandRegions: a span");
     spans.erase(std::remove_if(spans.begin(), spans.end(),
                                [](const AddressSpan& s) { return s.begin == s.end; }),
                 spans.end());
